@@ -1,0 +1,212 @@
+"""domains.yaml as one validated model: per-domain crawl rules with inherited defaults."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from cssselect import GenericTranslator, SelectorError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from crawler.errors import ConfigError
+
+Priority = Annotated[int, Field(ge=0, le=9)]
+
+
+def _check_selectors(value: dict[str, str]) -> dict[str, str]:
+    for name, selector in value.items():
+        try:
+            GenericTranslator().css_to_xpath(selector)
+        except SelectorError as exc:
+            raise ValueError(f"field {name!r}: {selector!r} is not a CSS selector ({exc})") from None
+    return value
+
+
+Selectors = Annotated[dict[str, str], AfterValidator(_check_selectors)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Rules(_Strict):
+    """Crawl rules of one domain; every field may be set in `defaults` or per domain."""
+
+    priority: Priority = 5
+    prefetch: int = Field(16, ge=1, le=10_000)
+    rate: float = Field(5.0, gt=0, le=100_000)
+    burst: int = Field(5, ge=1, le=100_000)
+    max_depth: int = Field(5, ge=0, le=1_000)
+    max_pages: int = Field(10_000, ge=1)
+    obey_robots: bool = True
+    timeout: float = Field(10.0, gt=0, le=600)
+    max_body_bytes: int = Field(5_000_000, ge=1_024, le=1_000_000_000)
+    max_redirects: int = Field(10, ge=0, le=50)
+    max_links: int = Field(5_000, ge=0, le=1_000_000)
+    retry_delays: tuple[Annotated[float, Field(gt=0, le=86_400)], ...] = (1.0, 5.0, 30.0)
+    extract: Selectors = Field(default_factory=dict)
+
+
+class DomainRules(_Strict):
+    """A domain's overrides; unset fields come from `defaults`."""
+
+    priority: Priority | None = None
+    prefetch: int | None = Field(None, ge=1, le=10_000)
+    rate: float | None = Field(None, gt=0, le=100_000)
+    burst: int | None = Field(None, ge=1, le=100_000)
+    max_depth: int | None = Field(None, ge=0, le=1_000)
+    max_pages: int | None = Field(None, ge=1)
+    obey_robots: bool | None = None
+    timeout: float | None = Field(None, gt=0, le=600)
+    max_body_bytes: int | None = Field(None, ge=1_024, le=1_000_000_000)
+    max_redirects: int | None = Field(None, ge=0, le=50)
+    max_links: int | None = Field(None, ge=0, le=1_000_000)
+    retry_delays: tuple[Annotated[float, Field(gt=0, le=86_400)], ...] | None = None
+    extract: Selectors | None = None
+
+
+def _valid_domain(name: str) -> str:
+    domain = name.strip().lower().rstrip(".")
+    labels = domain.split(".")
+    if (
+        not domain
+        or len(domain) > 253
+        or any(
+            not label or len(label) > 63 or not all(c.isalnum() or c == "-" for c in label)
+            for label in labels
+        )
+    ):
+        raise ValueError(f"{name!r} is not a host name (expected e.g. shop.example)")
+    return domain
+
+
+class CrawlConfig(_Strict):
+    """The whole of domains.yaml."""
+
+    defaults: Rules = Field(default_factory=Rules)
+    resolve: dict[str, str] = Field(default_factory=dict)
+    allow_private_networks: bool = False
+    follow_other_domains: bool = False
+    tracking_params: tuple[str, ...] = ()
+    user_agent: str = Field("crawler/0.1 (+https://github.com/crawler/crawler)", min_length=1)
+    max_retry_after: float = Field(300.0, gt=0, le=86_400)
+    domains: dict[str, DomainRules] = Field(default_factory=dict)
+
+    @field_validator("resolve")
+    @classmethod
+    def _resolve_to_ips(cls, value: dict[str, str]) -> dict[str, str]:
+        out = {}
+        for host, ip in value.items():
+            try:
+                ipaddress.ip_address(ip)
+            except ValueError:
+                raise ValueError(f"{host!r}: {ip!r} is not an IP address") from None
+            out[_valid_domain(host)] = ip
+        return out
+
+    @field_validator("domains", mode="before")
+    @classmethod
+    def _normalise_domains(cls, value: Any) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            return value
+        out: dict[str, Any] = {}
+        for name, rules in value.items():
+            domain = _valid_domain(str(name))
+            if domain in out:
+                raise ValueError(f"{name!r} is listed twice")
+            out[domain] = {} if rules is None else rules
+        return out
+
+    @model_validator(mode="after")
+    def _no_nested_domains(self) -> CrawlConfig:
+        # A host routes to exactly one queue; nested domains would bind it to two.
+        for domain in self.domains:
+            for other in self.domains:
+                if other != domain and other.endswith("." + domain):
+                    raise ValueError(
+                        f"domains: {other!r} lies inside {domain!r}; a host must belong to one "
+                        "domain, so list only one of them"
+                    )
+        return self
+
+    @cached_property
+    def rules(self) -> dict[str, Rules]:
+        """Each domain's effective rules: its own settings over the defaults."""
+        return {
+            domain: self.defaults.model_copy(update=overrides.model_dump(exclude_none=True))
+            for domain, overrides in self.domains.items()
+        }
+
+    def domain_of(self, host: str) -> str | None:
+        """The configured domain that owns `host` (itself or a parent), or None."""
+        host = host.lower().rstrip(".")
+        while True:
+            if host in self.domains:
+                return host
+            _, dot, host = host.partition(".")
+            if not dot:
+                return None
+
+    def rules_for(self, domain: str | None) -> Rules:
+        """Rules of a configured domain, or the defaults for any other host."""
+        return self.rules.get(domain, self.defaults) if domain else self.defaults
+
+    @property
+    def retry_tiers(self) -> tuple[float, ...]:
+        """Every distinct retry delay of any domain, ascending: one delay queue each."""
+        delays = {*self.defaults.retry_delays, self.max_retry_after}
+        for rules in self.rules.values():
+            delays.update(rules.retry_delays)
+        return tuple(sorted(delays))
+
+
+def _format_errors(path: str, exc: ValidationError) -> str:
+    lines = [f"{path}: invalid configuration"]
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (check its spelling against the README's table of keys)"
+        lines.append(f"  {where}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_config(text: str, source: str = "<config>") -> CrawlConfig:
+    """Validate YAML text as a crawl config; raise ConfigError naming the key path and the rule."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
+    try:
+        return CrawlConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(source, exc)) from None
+
+
+def load_config(path: str | Path) -> CrawlConfig:
+    """Read and validate domains.yaml."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"{path}: cannot read the config ({exc.strerror}); pass --config or set CRAWLER_CONFIG"
+        ) from None
+    return parse_config(text, str(path))

@@ -1,0 +1,150 @@
+"""A crawl's moving parts wired together: seed it, consume it, reset it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+from aio_pika.abc import AbstractRobustConnection
+from redis.asyncio import Redis
+
+from crawler import services
+from crawler.config import CrawlConfig
+from crawler.consumer import Consumer, DomainStats
+from crawler.dedup import SeenStore
+from crawler.errors import BadURL, ConfigError
+from crawler.exchanges import declare, topology, work_queues
+from crawler.fetch import HttpFetcher
+from crawler.router import Routed, Router
+from crawler.settings import Settings
+from crawler.sink import Sink, ensure_schema
+from crawler.urls import canonicalise
+
+SEED_CLAIMANT = b"seed"
+
+
+@dataclass(frozen=True, slots=True)
+class Frontier:
+    """The broker and dedup store of one crawl."""
+
+    connection: AbstractRobustConnection
+    redis: Redis
+    seen: SeenStore
+
+
+@asynccontextmanager
+async def frontier(settings: Settings, role: str) -> AsyncIterator[Frontier]:
+    """Connect to RabbitMQ and Redis."""
+    async with AsyncExitStack() as stack:
+        connection = await stack.enter_async_context(services.broker(settings.amqp_url, role))
+        redis = await stack.enter_async_context(services.redis(settings.redis_url))
+        yield Frontier(connection, redis, SeenStore(redis, settings.names.seen_key))
+
+
+def check_domains(config: CrawlConfig, domains: Sequence[str] | None) -> list[str]:
+    """The chosen domains (all configured ones if none); ConfigError for an unknown one."""
+    if not domains:
+        if not config.domains:
+            raise ConfigError("domains.yaml lists no domains: add one under `domains:`")
+        return sorted(config.domains)
+    chosen = [d.strip().lower() for d in domains if d.strip()]
+    unknown = [d for d in chosen if d not in config.domains]
+    if unknown:
+        raise ConfigError(
+            f"not configured in domains.yaml: {', '.join(unknown)} "
+            f"(configured: {', '.join(sorted(config.domains))})"
+        )
+    return chosen
+
+
+def check_seeds(config: CrawlConfig, urls: Sequence[str]) -> list[str]:
+    """Canonical seeds; BadURL naming the first seed that cannot be crawled."""
+    seeds = []
+    for url in urls:
+        canon = canonicalise(url, tracking=config.tracking_params)
+        host = canon.split("/")[2].rsplit(":", 1)[0]
+        if config.domain_of(host) is None and not config.follow_other_domains:
+            raise BadURL(
+                f"{url}: its host is in no domain of domains.yaml "
+                f"(configured: {', '.join(sorted(config.domains)) or 'none'})"
+            )
+        seeds.append(canon)
+    return seeds
+
+
+async def seed(
+    settings: Settings, config: CrawlConfig, urls: Sequence[str], priority: int | None = None
+) -> Routed:
+    """Declare the topology and route the seed URLs."""
+    seeds = check_seeds(config, urls)
+    async with frontier(settings, "crawler seed") as f:
+        return await _seed(f, settings, config, seeds, priority)
+
+
+async def _seed(
+    f: Frontier, settings: Settings, config: CrawlConfig, seeds: list[str], priority: int | None
+) -> Routed:
+    channel = await f.connection.channel(publisher_confirms=True)
+    try:
+        await declare(channel, topology(config, settings.names))
+        exchange = await channel.get_exchange(settings.names.frontier, ensure=False)
+        router = Router(config, exchange, f.seen)
+        return await router.route(seeds, depth=0, claimant=SEED_CLAIMANT, priority=priority)
+    finally:
+        await channel.close()
+
+
+async def consume(
+    settings: Settings,
+    config: CrawlConfig,
+    domains: Sequence[str] | None = None,
+    *,
+    burst: bool = False,
+    prefetch: int | None = None,
+    grace: float = 30.0,
+    seeds: Sequence[str] = (),
+    role: str = "crawler-consume",
+) -> dict[str, DomainStats]:
+    """Consume the chosen domains' queues (after routing `seeds`) until stopped or drained."""
+    chosen = check_domains(config, domains)
+    canonical_seeds = check_seeds(config, seeds)
+    await asyncio.to_thread(ensure_schema, settings.database_url)
+    async with AsyncExitStack() as stack:
+        f = await stack.enter_async_context(frontier(settings, role))
+        sink = Sink(settings.database_url)
+        stack.callback(sink.close)
+        fetcher = HttpFetcher(config)
+        stack.push_async_callback(fetcher.aclose)
+        if canonical_seeds:
+            await _seed(f, settings, config, canonical_seeds, None)
+        consumer = Consumer(
+            config,
+            settings.names,
+            f.connection,
+            f.seen,
+            sink,
+            fetcher,
+            chosen,
+            label=services.process_label(role),
+            prefetch=prefetch,
+            burst=burst,
+            grace=grace,
+        )
+        await consumer.run()
+        return consumer.stats
+
+
+async def reset(settings: Settings, config: CrawlConfig) -> None:
+    """Forget what was seen and purge the work queues, so the next seeds start a fresh crawl."""
+    async with frontier(settings, "crawler reset") as f:
+        channel = await f.connection.channel()
+        try:
+            await declare(channel, topology(config, settings.names))
+            for name in work_queues(config, settings.names, sorted(config.domains)):
+                queue = await channel.get_queue(name, ensure=False)
+                await queue.purge()
+        finally:
+            await channel.close()
+        await f.redis.delete(settings.names.seen_key)

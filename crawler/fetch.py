@@ -1,0 +1,161 @@
+"""The fetch layer: one interface (URL in, response or a typed FetchError out), httpx behind it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpcore
+import httpx
+
+from crawler.config import CrawlConfig, Rules
+from crawler.connect import GuardedBackend
+from crawler.errors import (
+    BadURL,
+    ConnectFailed,
+    FetchError,
+    FetchTimeout,
+    Refused,
+    TooLarge,
+    TooManyRedirects,
+)
+
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """What a fetch got: the final hop's status, headers and (for HTML) body."""
+
+    url: str
+    final_url: str
+    status_code: int
+    headers: httpx.Headers
+    body: bytes
+
+    @property
+    def content_type(self) -> str | None:
+        """The Content-Type header, if any."""
+        value: str | None = self.headers.get("content-type")
+        return value
+
+    @property
+    def is_html(self) -> bool:
+        """True if the body is HTML and worth parsing."""
+        media = (self.content_type or "text/html").split(";")[0].strip().lower()
+        return media in HTML_TYPES
+
+
+Scope = Callable[[str], None]
+"""Checks a redirect target; raises BadURL when it is out of scope."""
+
+
+class Fetcher(Protocol):
+    """A way to fetch pages: direct, through a proxy pool, or a scraping API."""
+
+    async def fetch(self, url: str, rules: Rules, scope: Scope) -> Response:
+        """Fetch `url` following redirects within `scope`; raise FetchError on failure."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        ...
+
+
+class _GuardedTransport(httpx.AsyncHTTPTransport):
+    # httpx takes no network backend, so the pool it builds is swapped for one that connects
+    # through the guard; request and response mapping stay httpx's own.
+    def __init__(self, backend: GuardedBackend, limits: httpx.Limits) -> None:
+        super().__init__(limits=limits, trust_env=False)
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=httpx.create_ssl_context(),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=backend,
+        )
+
+
+class HttpFetcher:
+    """Fetches directly with one pooled httpx client per process."""
+
+    def __init__(self, config: CrawlConfig, *, max_connections: int = 100) -> None:
+        backend = GuardedBackend(config.resolve, config.allow_private_networks)
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=32)
+        self._client = httpx.AsyncClient(
+            transport=_GuardedTransport(backend, limits),
+            headers={"User-Agent": config.user_agent, "Accept": "text/html,*/*;q=0.5"},
+            follow_redirects=False,
+            timeout=None,  # the whole-fetch deadline below bounds every phase together
+            trust_env=False,
+        )
+
+    async def fetch(self, url: str, rules: Rules, scope: Scope) -> Response:
+        """Fetch `url` within the domain's deadline, body limit and redirect limit."""
+        try:
+            async with asyncio.timeout(rules.timeout):
+                return await self._follow(url, rules, scope)
+        except TimeoutError:
+            raise FetchTimeout(f"no complete response within {rules.timeout:g}s") from None
+
+    async def _follow(self, url: str, rules: Rules, scope: Scope) -> Response:
+        hops = [url]
+        current = url
+        while True:
+            status, headers, body = await self._get(current, rules)
+            location = headers.get("location")
+            if status not in REDIRECTS or not location:
+                return Response(url, current, status, headers, body)
+            try:
+                target = str(httpx.URL(current).join(location.strip()))
+            except (httpx.InvalidURL, ValueError) as exc:
+                raise Refused(f"bad redirect Location {location!r}: {exc}") from None
+            if target in hops:
+                raise TooManyRedirects(f"redirect loop back to {target}", status_code=status)
+            if len(hops) > rules.max_redirects:
+                raise TooManyRedirects(f"more than {rules.max_redirects} redirects", status_code=status)
+            try:
+                scope(target)
+            except BadURL as exc:
+                raise Refused(f"redirect out of scope: {exc}", status_code=status) from None
+            hops.append(target)
+            current = target
+
+    async def _get(self, url: str, rules: Rules) -> tuple[int, httpx.Headers, bytes]:
+        try:
+            async with self._client.stream("GET", url) as resp:
+                media = resp.headers.get("content-type", "text/html").split(";")[0].strip()
+                if resp.status_code in REDIRECTS or media.lower() not in HTML_TYPES:
+                    return resp.status_code, resp.headers, b""
+                declared = resp.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > rules.max_body_bytes:
+                    raise TooLarge(
+                        f"Content-Length {declared} exceeds max_body_bytes {rules.max_body_bytes}",
+                        status_code=resp.status_code,
+                    )
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.aiter_bytes():
+                    size += len(chunk)
+                    if size > rules.max_body_bytes:
+                        raise TooLarge(
+                            f"body exceeds max_body_bytes {rules.max_body_bytes}",
+                            status_code=resp.status_code,
+                        )
+                    chunks.append(chunk)
+                return resp.status_code, resp.headers, b"".join(chunks)
+        except FetchError:
+            raise
+        except httpx.TimeoutException as exc:
+            raise FetchTimeout(f"timed out: {exc!r}") from None
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            raise Refused(f"cannot fetch {url}: {exc}") from None
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            raise ConnectFailed(f"{type(exc).__name__}: {exc}") from None
+
+    async def aclose(self) -> None:
+        """Close the client and its connections."""
+        await self._client.aclose()

@@ -1,0 +1,65 @@
+"""The crawl message on the wire: a versioned JSON body, so old and new workers can share a queue."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aio_pika import DeliveryMode, Message
+
+from crawler.errors import InvalidMessage
+
+VERSION = 1
+MAX_MESSAGE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlMessage:
+    """One URL to crawl, at `depth` link hops from its seed."""
+
+    url: str
+    depth: int = 0
+    parent: str | None = None
+
+    def encode(self) -> bytes:
+        """The JSON body of this message."""
+        body: dict[str, Any] = {"v": VERSION, "url": self.url, "depth": self.depth}
+        if self.parent is not None:
+            body["parent"] = self.parent
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, body: bytes) -> CrawlMessage:
+        """Parse a message body; raise InvalidMessage saying what is wrong with it."""
+        if len(body) > MAX_MESSAGE_BYTES:
+            raise InvalidMessage(f"message of {len(body)} bytes exceeds {MAX_MESSAGE_BYTES}")
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InvalidMessage(f"body is not JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise InvalidMessage("body is not a JSON object")
+        version = data.get("v")
+        if version != VERSION:
+            raise InvalidMessage(f"unknown message version {version!r} (this worker reads {VERSION})")
+        url, depth, parent = data.get("url"), data.get("depth", 0), data.get("parent")
+        if not isinstance(url, str) or not url:
+            raise InvalidMessage("'url' missing or not a string")
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise InvalidMessage("'depth' is not a non-negative integer")
+        if parent is not None and not isinstance(parent, str):
+            raise InvalidMessage("'parent' is not a string")
+        return cls(url=url, depth=depth, parent=parent)
+
+
+def persistent(body: bytes, priority: int, headers: Mapping[str, Any] | None = None) -> Message:
+    """A persistent AMQP message (aio-pika's default is transient: lost on a broker restart)."""
+    return Message(
+        body,
+        delivery_mode=DeliveryMode.PERSISTENT,
+        priority=priority,
+        content_type="application/json",
+        headers=dict(headers or {}),
+    )

@@ -1,0 +1,70 @@
+"""Every name the crawler gives to RabbitMQ and Redis objects, and their TTLs: spelled out only here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "crawler"
+
+# Headers the crawler sets on its messages (never `x-`: RabbitMQ owns those).
+HEADER_ATTEMPTS = "crawler-attempts"
+HEADER_REASON = "crawler-reason"
+HEADER_ERROR = "crawler-error"
+HEADER_STATUS = "crawler-status"
+HEADER_DOMAIN = "crawler-domain"
+HEADER_QUEUE = "crawler-queue"
+HEADER_CONSUMER = "crawler-consumer"
+HEADER_TIME = "crawler-time"
+HEADER_RETRY_TIER = "crawler-retry-tier"
+
+# A classic queue's priority levels cost memory per level; 0..9 is what domains.yaml allows.
+MAX_PRIORITY = 9
+
+
+def delay_label(seconds: float) -> str:
+    """A delay as a person writes it: 1s, 1.5s, 30s, 5m, 2h."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{int(seconds // 3600)}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{int(seconds // 60)}m"
+    return f"{seconds:g}s"
+
+
+@dataclass(frozen=True, slots=True)
+class Names:
+    """Names of one crawl's exchanges, queues and Redis keys, all under one prefix."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def frontier(self) -> str:
+        """Topic exchange every URL is published to, routed by host."""
+        return f"{self.prefix}.frontier"
+
+    @property
+    def unrouted(self) -> str:
+        """Alternate exchange and queue for URLs of hosts no domain queue takes."""
+        return f"{self.prefix}.unrouted"
+
+    @property
+    def dead(self) -> str:
+        """Exchange and queue of messages set aside for a person: dead for good or invalid."""
+        return f"{self.prefix}.dead"
+
+    @property
+    def retry(self) -> str:
+        """Headers exchange routing a message to its delay tier."""
+        return f"{self.prefix}.retry"
+
+    def domain_queue(self, domain: str) -> str:
+        """The work queue of one configured domain."""
+        return f"{self.prefix}.domain.{domain}"
+
+    def retry_queue(self, delay: float) -> str:
+        """The delay queue of one retry tier."""
+        return f"{self.prefix}.retry.{delay_label(delay)}"
+
+    @property
+    def seen_key(self) -> str:
+        """Redis hash of canonical-URL fingerprints already routed."""
+        return f"{self.prefix}:seen"

@@ -1,0 +1,112 @@
+"""The router: canonicalise URLs, keep those in scope and unseen, publish them to their domain queue."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from aio_pika.abc import AbstractExchange
+
+from crawler.config import CrawlConfig
+from crawler.dedup import SeenStore
+from crawler.errors import BadURL, CrawlerError
+from crawler.message import CrawlMessage, persistent
+from crawler.urls import canonicalise, fingerprint, host_of
+
+log = logging.getLogger(__name__)
+
+
+class PublishFailed(CrawlerError):
+    """The broker did not confirm some publishes; their URLs were released for routing again."""
+
+
+@dataclass(slots=True)
+class Routed:
+    """What became of a batch of URLs."""
+
+    published: list[str] = field(default_factory=list)
+    seen: int = 0
+    out_of_scope: int = 0
+    too_deep: int = 0
+    invalid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    url: str
+    domain: str | None
+    fingerprint: bytes
+
+
+class Router:
+    """Routes URLs into the frontier exchange with the host as routing key."""
+
+    def __init__(self, config: CrawlConfig, exchange: AbstractExchange, seen: SeenStore) -> None:
+        self.config = config
+        self._exchange = exchange
+        self._seen = seen
+
+    def scope(self, url: str) -> str | None:
+        """The configured domain of a canonical URL; raise BadURL if it is out of scope."""
+        domain = self.config.domain_of(host_of(url))
+        if domain is None and not self.config.follow_other_domains:
+            raise BadURL(f"{url}: host is not in any configured domain of domains.yaml")
+        return domain
+
+    async def route(
+        self,
+        urls: Iterable[str],
+        *,
+        depth: int,
+        claimant: bytes,
+        base: str | None = None,
+        priority: int | None = None,
+    ) -> Routed:
+        """Publish the unseen, in-scope URLs at `depth`; every publish is confirmed before returning.
+
+        `claimant` identifies who discovered them (a page's fingerprint): if that page is redelivered,
+        it may publish again what it had claimed but never got confirmed.
+        """
+        result = Routed()
+        candidates: dict[bytes, _Candidate] = {}
+        for raw in urls:
+            try:
+                url = canonicalise(raw, base, self.config.tracking_params)
+            except BadURL:
+                result.invalid += 1
+                continue
+            try:
+                domain = self.scope(url)
+            except BadURL:
+                result.out_of_scope += 1
+                continue
+            if depth > self.config.rules_for(domain).max_depth:
+                result.too_deep += 1
+                continue
+            fp = fingerprint(url)
+            candidates.setdefault(fp, _Candidate(url, domain, fp))
+        fresh = await self._seen.claim(list(candidates), claimant)
+        todo = [c for c, new in zip(candidates.values(), fresh, strict=True) if new]
+        result.seen = len(candidates) - len(todo)
+        outcomes = await asyncio.gather(
+            *(self._publish(c, depth, priority) for c in todo), return_exceptions=True
+        )
+        failed = [c for c, o in zip(todo, outcomes, strict=True) if isinstance(o, BaseException)]
+        done = [c for c, o in zip(todo, outcomes, strict=True) if not isinstance(o, BaseException)]
+        await self._seen.confirm([c.fingerprint for c in done])
+        result.published = [c.url for c in done]
+        if failed:
+            await self._seen.release([c.fingerprint for c in failed])
+            first = next(o for o in outcomes if isinstance(o, BaseException))
+            raise PublishFailed(f"{len(failed)} of {len(todo)} publishes were not confirmed ({first!r})")
+        return result
+
+    async def _publish(self, c: _Candidate, depth: int, priority: int | None) -> None:
+        rules = self.config.rules_for(c.domain)
+        message = CrawlMessage(c.url, depth)
+        await self._exchange.publish(
+            persistent(message.encode(), rules.priority if priority is None else priority),
+            routing_key=host_of(c.url),
+        )

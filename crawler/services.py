@@ -1,0 +1,60 @@
+"""Connections to RabbitMQ, Redis and the database, opened with one clear error when one is down."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import aio_pika
+from aio_pika.abc import AbstractRobustConnection
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from crawler.errors import ServiceUnavailable
+from crawler.redact import redact
+
+CONNECT_TIMEOUT = 10.0
+
+
+def process_label(role: str) -> str:
+    """Who this process is, for connection names: role, host and pid."""
+    return f"{role} {socket.gethostname()} pid {os.getpid()}"
+
+
+@asynccontextmanager
+async def broker(url: str, role: str) -> AsyncIterator[AbstractRobustConnection]:
+    """A robust RabbitMQ connection named after this process; it reconnects by itself."""
+    try:
+        connection = await aio_pika.connect_robust(
+            url,
+            client_properties={"connection_name": process_label(role)},
+            timeout=CONNECT_TIMEOUT,
+        )
+    except (OSError, TimeoutError, aio_pika.exceptions.AMQPError) as exc:
+        raise ServiceUnavailable(
+            f"cannot reach RabbitMQ at {redact(url)} ({type(exc).__name__}: {redact(str(exc))}); "
+            "is it running? Set CRAWLER_AMQP_URL to its address"
+        ) from None
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+@asynccontextmanager
+async def redis(url: str) -> AsyncIterator[Redis]:
+    """A Redis client that has answered a PING."""
+    client = Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT)
+    async with AsyncExitStack() as stack:
+        stack.push_async_callback(client.aclose)
+        try:
+            await asyncio.wait_for(client.ping(), CONNECT_TIMEOUT)
+        except (RedisError, OSError, TimeoutError) as exc:
+            raise ServiceUnavailable(
+                f"cannot reach Redis at {redact(url)} ({type(exc).__name__}: {redact(str(exc))}); "
+                "is it running? Set CRAWLER_REDIS_URL to its address"
+            ) from None
+        yield client

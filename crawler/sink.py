@@ -1,0 +1,251 @@
+"""The SQL sink: one row per crawled URL, upserted so that a re-crawl updates instead of adding."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    create_engine,
+    event,
+    func,
+    select,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+import crawler
+from crawler.errors import ConfigError, ServiceUnavailable, SinkError
+
+# Alembic keeps its running context in module globals, so one process migrates one at a time;
+# other processes are kept apart by the database lock taken in migrations/env.py.
+_MIGRATING = threading.Lock()
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class PageRecord:
+    """The outcome of crawling one URL; `error` is None on success."""
+
+    url: str
+    domain: str
+    depth: int
+    attempts: int
+    final_url: str | None = None
+    status_code: int | None = None
+    content_type: str | None = None
+    error: str | None = None
+    title: str | None = None
+    data: dict[str, str | None] | None = None
+    fetched_at: datetime = field(default_factory=_utcnow)
+
+    def __post_init__(self) -> None:
+        # SQLite drops the offset when storing, so a naive or non-UTC time would be stored wrong.
+        if self.fetched_at.tzinfo is None:
+            raise ValueError("PageRecord.fetched_at must be timezone-aware")
+
+
+class Base(DeclarativeBase):
+    """Declarative base; the naming convention keeps constraint names equal to the migration's."""
+
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(column_0_label)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+
+
+class Page(Base):
+    """One crawled URL (the `pages` table)."""
+
+    __tablename__ = "pages"
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    url: Mapped[str] = mapped_column(Text, unique=True, nullable=False)
+    final_url: Mapped[str | None] = mapped_column(Text)
+    domain: Mapped[str] = mapped_column(String(253), index=True)
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    content_type: Mapped[str | None] = mapped_column(String(255))
+    error: Mapped[str | None] = mapped_column(Text)
+    depth: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str | None] = mapped_column(Text)
+    data: Mapped[dict[str, str | None] | None] = mapped_column(JSON)
+    fetched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    attempts: Mapped[int] = mapped_column(Integer)
+
+
+def engine_url(database_url: str) -> URL:
+    """Parse a database URL, pointing plain `postgresql://` at psycopg 3 (the installed driver)."""
+    try:
+        url = make_url(database_url)
+    except ArgumentError as exc:
+        raise ConfigError(f"invalid database URL: {exc}") from None
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    if url.get_backend_name() not in ("sqlite", "postgresql"):
+        supported = "use sqlite:///PATH or postgresql://"
+        raise ConfigError(f"unsupported database {_redact(url)!r}: {supported}")
+    return url
+
+
+def _redact(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+
+def create_sink_engine(url: URL) -> Engine:
+    """An engine for `url`; SQLite connections get WAL, a busy timeout and write-locking BEGINs."""
+    engine = create_engine(url)
+    if url.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "begin", _sqlite_on_begin)
+    return engine
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    # busy_timeout first: switching to WAL needs a lock another process may hold.
+    cursor.execute("PRAGMA busy_timeout = 30000")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute("PRAGMA synchronous = NORMAL")
+    cursor.close()
+    # Let SQLAlchemy emit BEGIN itself (below) instead of sqlite3's implicit, deferred one.
+    dbapi_connection.isolation_level = None
+
+
+def _sqlite_on_begin(conn: Connection) -> None:
+    # IMMEDIATE takes the write lock up front, where the busy timeout applies; a deferred
+    # transaction that upgrades later can fail with SQLITE_BUSY without waiting.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _first_line(exc: DBAPIError) -> str:
+    text = str(exc.orig).strip() or type(exc.orig).__name__
+    return text.splitlines()[0]
+
+
+def _record_row(record: PageRecord) -> dict[str, Any]:
+    return {
+        "url": record.url,
+        "final_url": record.final_url,
+        "domain": record.domain,
+        "status_code": record.status_code,
+        "content_type": record.content_type,
+        "error": record.error,
+        "depth": record.depth,
+        "title": record.title,
+        "data": record.data,
+        "fetched_at": record.fetched_at.astimezone(UTC),
+        "attempts": record.attempts,
+    }
+
+
+class Sink:
+    """Writes PageRecords to SQLite or PostgreSQL; blocking work runs in a thread."""
+
+    def __init__(self, database_url: str) -> None:
+        self._url = engine_url(database_url)
+        self._redacted = _redact(self._url)
+        self._engine = create_sink_engine(self._url)
+        dialect = postgresql if self._url.get_backend_name() == "postgresql" else sqlite
+        stmt = dialect.insert(Page)
+        updated = [c.name for c in Page.__table__.c if c.name not in ("id", "url")]
+        self._upsert = stmt.on_conflict_do_update(
+            index_elements=[Page.url], set_={name: stmt.excluded[name] for name in updated}
+        )
+
+    async def store(self, record: PageRecord) -> None:
+        """Insert or update one page."""
+        await self.store_many([record])
+
+    async def store_many(self, records: Sequence[PageRecord]) -> None:
+        """Insert or update pages in one transaction; of records sharing a url, the last wins."""
+        if records:
+            await asyncio.to_thread(self._store_many, records)
+
+    def _store_many(self, records: Sequence[PageRecord]) -> None:
+        # PostgreSQL refuses to update one row twice in a statement, so dedupe; sorting gives
+        # concurrent writers the same lock order, which prevents deadlocks between them.
+        latest = {r.url: r for r in records}
+        rows = [_record_row(latest[url]) for url in sorted(latest)]
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(self._upsert, rows)
+        except DBAPIError as exc:
+            raise SinkError(
+                f"storing {len(rows)} page(s) in {self._redacted} failed: {_first_line(exc)}"
+            ) from exc
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """Per domain, the number of (successful, failed) pages."""
+        stmt = select(Page.domain, func.count() - func.count(Page.error), func.count(Page.error))
+        try:
+            with self._engine.connect() as conn:
+                rows = conn.execute(stmt.group_by(Page.domain)).all()
+        except DBAPIError as exc:
+            raise SinkError(f"counting pages in {self._redacted} failed: {_first_line(exc)}") from exc
+        return {domain: (ok, failed) for domain, ok, failed in rows}
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._engine.dispose()
+
+
+def migrations_dir() -> Path:
+    """The Alembic scripts: packaged inside the wheel, else next to the source tree."""
+    packaged = Path(crawler.__file__).parent / "_migrations"
+    if packaged.is_dir():
+        return packaged
+    return Path(crawler.__file__).parent.parent / "migrations"
+
+
+def migrate(database_url: str) -> None:
+    """Upgrade the database schema to the newest migration; safe to run concurrently."""
+    url = engine_url(database_url)
+    config = Config()
+    # configparser would treat '%' as interpolation, hence the escape.
+    config.set_main_option("script_location", str(migrations_dir()).replace("%", "%%"))
+    engine = create_sink_engine(url)
+    try:
+        try:
+            conn = engine.connect()
+        except DBAPIError as exc:
+            raise ServiceUnavailable(
+                f"cannot connect to database {_redact(url)}: {_first_line(exc)}"
+            ) from exc
+        with conn, conn.begin():
+            # env.py runs inside this transaction and locks it (see there) until the commit.
+            config.attributes["connection"] = conn
+            with _MIGRATING:
+                command.upgrade(config, "head")
+    except DBAPIError as exc:
+        raise SinkError(f"migrating database {_redact(url)} failed: {_first_line(exc)}") from exc
+    finally:
+        engine.dispose()
+
+
+def ensure_schema(database_url: str) -> None:
+    """Make sure the schema is current before use; a no-op when it already is."""
+    migrate(database_url)

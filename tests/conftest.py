@@ -1,0 +1,70 @@
+"""Fixtures shared by the test modules."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from redis.asyncio import Redis
+
+from tests import services
+
+# A PostgreSQL server with trust auth; each test gets its own database on it.
+PG_SERVER = os.environ.get("CRAWLER_TEST_PG_SERVER", "postgresql://postgres@localhost:5432")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """URL of a fresh SQLite file database."""
+    return f"sqlite:///{tmp_path / 'crawl.db'}"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """URL of a fresh, uniquely named PostgreSQL database, dropped after the test."""
+    name = f"crawler_test_{uuid.uuid4().hex}"
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield f"{PG_SERVER}/{name}"
+    finally:
+        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
+            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+            admin.execute(drop.format(sql.Identifier(name)))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """Each test using it runs once on SQLite and once on PostgreSQL."""
+    fixture = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    url: str = request.getfixturevalue(fixture)
+    return url
+
+
+@pytest.fixture
+def amqp_url() -> Iterator[str]:
+    """AMQP URL of a fresh RabbitMQ vhost, deleted after the test."""
+    with services.vhost() as url:
+        yield url
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    """A fresh prefix for queue names and Redis keys; its Redis keys are deleted after."""
+    with services.key_prefix() as value:
+        yield value
+
+
+@pytest.fixture
+async def redis() -> AsyncIterator[Redis]:
+    """An async Redis client on the test server."""
+    client = Redis.from_url(services.REDIS_URL)
+    try:
+        yield client
+    finally:
+        await client.aclose()

@@ -1,0 +1,163 @@
+"""The consumer end to end: real RabbitMQ, Redis, databases and test sites on 127.0.0.x."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import aio_pika
+import pytest
+import sqlalchemy as sa
+
+from crawler import crawl
+from crawler.config import load_config
+from crawler.names import HEADER_REASON, Names
+from crawler.settings import Settings
+from crawler.sink import engine_url
+from demo.site import serve
+from tests.services import crawler_command, env_for, settings_for
+from tests.sites import after_requests, reachable, shops, slow, write_config
+
+
+def stored(database_url: str) -> list[tuple[str, int | None, str | None]]:
+    """(url, status_code, error) of every row, duplicates included."""
+    engine = sa.create_engine(engine_url(database_url))
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT url, status_code, error FROM pages")).all()
+            return [(r[0], r[1], r[2]) for r in rows]
+    finally:
+        engine.dispose()
+
+
+def consumer(settings: Settings, *args: str) -> subprocess.Popen[str]:
+    """Start a `crawler-consume` process."""
+    return subprocess.Popen(
+        crawler_command("crawler-consume", *args),
+        env=env_for(settings),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 90) -> int:
+    """Wait for a process; fail the test with its stderr if it does not exit 0."""
+    _, err = process.communicate(timeout=timeout)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err, err
+    return process.returncode
+
+
+async def seed(settings: Settings, *urls: str) -> None:
+    routed = await crawl.seed(settings, load_config(settings.config_path), urls)
+    assert len(routed.published) == len(urls)
+
+
+async def test_two_consumer_processes_store_every_page_exactly_once(
+    tmp_path: Path, amqp_url: str, prefix: str, database_url: str
+) -> None:
+    sites = shops(products=25)
+    settings = settings_for(amqp_url, prefix, database_url, write_config(tmp_path / "d.yaml", sites))
+    with serve(*sites):
+        await seed(settings, *(s.url() for s in sites))
+        workers = [consumer(settings, "--burst", "--prefetch", "4") for _ in range(2)]
+        for w in workers:
+            await asyncio.to_thread(finish, w)
+    rows = stored(database_url)
+    assert sorted(r[0] for r in rows) == sorted(reachable(sites))  # each page once, no duplicate rows
+    assert all(r[1] == 200 and r[2] is None for r in rows if not r[0].endswith("/missing"))
+    assert all(r[1] == 404 for r in rows if r[0].endswith("/missing"))
+    for site in sites:  # shared dedup: no page fetched twice by the fleet
+        assert all(site.hits(path) == 1 for path in site.routes)
+
+
+async def test_a_consumer_killed_mid_crawl_loses_nothing(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    sites = shops(products=30)
+    for site in sites:
+        slow(site, 0.02)
+    settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", sites))
+    with serve(*sites):
+        await seed(settings, *(s.url() for s in sites))
+        victim = consumer(settings, "--prefetch", "8")
+        assert await asyncio.to_thread(after_requests(sites, 25).wait, 60)
+        victim.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(victim.communicate, timeout=30)
+        assert len(stored(sqlite_url)) < len(reachable(sites))  # it really died mid-crawl
+        await asyncio.to_thread(finish, consumer(settings, "--burst"))
+    rows = [r[0] for r in stored(sqlite_url)]
+    assert sorted(rows) == sorted(reachable(sites))
+
+
+async def test_sigterm_finishes_in_flight_work_and_exits_0(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    sites = shops(products=30, hosts=["a.test"])
+    slow(sites[0], 0.05)
+    settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", sites))
+    with serve(*sites):
+        await seed(settings, sites[0].url())
+        worker = consumer(settings, "--prefetch", "4")
+        assert await asyncio.to_thread(after_requests(sites, 10).wait, 60)
+        worker.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(finish, worker)
+        fetched = {sites[0].url(path) for _, path in sites[0].requests}
+        # Every page it fetched before stopping was stored: in-flight work was finished, not dropped.
+        assert fetched <= {r[0] for r in stored(sqlite_url)}
+        await asyncio.to_thread(finish, consumer(settings, "--burst"))
+    assert sorted(r[0] for r in stored(sqlite_url)) == sorted(reachable(sites))
+
+
+async def test_garbage_messages_are_set_aside_and_the_crawl_goes_on(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    sites = shops(products=5, hosts=["a.test"])
+    settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", sites))
+    names = Names(prefix)
+    garbage = [
+        b"not json",
+        b"[1, 2]",
+        b'{"v": 1}',
+        b'{"v": 99, "url": "http://a.test/"}',
+        json.dumps({"v": 1, "url": "http://b.test/elsewhere"}).encode(),
+    ]
+    with serve(*sites):
+        await seed(settings, sites[0].url())
+        async with await aio_pika.connect(amqp_url) as connection:
+            channel = await connection.channel()
+            for body in garbage:
+                await channel.default_exchange.publish(
+                    aio_pika.Message(body), routing_key=names.domain_queue("a.test")
+                )
+            await asyncio.to_thread(finish, consumer(settings, "--burst"))
+            dead = await channel.get_queue(names.dead)
+            aside = []
+            while (message := await dead.get(fail=False)) is not None:
+                aside.append(message)
+                await message.ack()
+    assert sorted(m.body for m in aside) == sorted(garbage)
+    assert {m.headers[HEADER_REASON] for m in aside} == {"invalid"}
+    assert sorted(r[0] for r in stored(sqlite_url)) == sorted(reachable(sites))
+
+
+@pytest.mark.parametrize("domains", [["nope.test"], ["a.test", "zzz.test"]])
+def test_unknown_domains_are_refused(tmp_path: Path, domains: list[str]) -> None:
+    sites = shops(products=1, hosts=["a.test"])
+    settings = settings_for(
+        "amqp://guest:guest@localhost:5672/", "x", "sqlite://", write_config(tmp_path / "d.yaml", sites)
+    )
+    result = subprocess.run(
+        crawler_command("crawler-consume", "--domains", ",".join(domains)),
+        env=env_for(settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "not configured in domains.yaml" in result.stderr
