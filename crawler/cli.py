@@ -13,9 +13,10 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import asdict
 from typing import Any
 
-from crawler import crawl
+from crawler import crawl, dead
 from crawler.config import CrawlConfig, load_config
 from crawler.consumer import DomainStats
 from crawler.errors import CrawlerError
@@ -35,6 +36,10 @@ class _Redacting(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg = redact(record.getMessage())
         record.args = None
+        if record.name.startswith(("aiormq", "aio_pika")):
+            # A dropped broker connection is expected and recovered from: one line, not a traceback.
+            record.exc_info = None
+            record.exc_text = None
         return True
 
 
@@ -78,11 +83,39 @@ def _summary(stats: dict[str, DomainStats], seconds: float) -> str:
     return "\n".join(lines)
 
 
-def _confirm(question: str) -> bool:
-    try:
-        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
-    except EOFError:
+async def _dead(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
+    match = dead.matcher(args.domain, args.reason)
+    async with crawl.frontier(settings, "crawler dead") as f:
+        await crawl.declare_topology(f, settings, config)
+        if args.action == "list":
+            letters = await dead.list_dead(f.connection, settings.names, match, args.limit)
+            for letter in letters:
+                if args.json:
+                    print(json.dumps(asdict(letter)))
+                else:
+                    print(f"{letter.reason:<10} {letter.attempts:>2} {letter.url}  {letter.error}")
+            if not args.json:
+                print(f"{len(letters)} dead letters", file=sys.stderr)
+        elif args.action == "replay":
+            print(f"{await dead.replay(f.connection, settings.names, match)} dead letters replayed")
+        else:
+            print(f"{await dead.purge(f.connection, settings.names, match)} dead letters purged")
+
+
+def _confirmed(args: argparse.Namespace) -> bool:
+    """False if the command destroys something and a person did not say yes to it."""
+    if args.command == "reset":
+        question = "Forget every seen URL and purge the work queues?"
+    elif args.command == "dead" and args.action == "purge":
+        question = f"Delete dead letters{' of ' + args.domain if args.domain else ''} for good?"
+    else:
+        return True
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        print(f"crawler: {question} Pass --yes to confirm without a terminal.", file=sys.stderr)
         return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
 def _run(coro: Callable[[], Coroutine[Any, Any, int]]) -> int:
@@ -119,17 +152,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     _common(p)
 
+    p = sub.add_parser("dead", help="the dead queue: list, replay or purge what was set aside")
+    p.add_argument("action", choices=["list", "replay", "purge"])
+    p.add_argument("--domain", help="only this domain (and its subdomains)")
+    p.add_argument("--reason", help="only this reason: transient, invalid, rejected")
+    p.add_argument("--limit", type=int, help="list at most this many")
+    p.add_argument("--json", action="store_true", help="list as JSON lines")
+    p.add_argument("--yes", action="store_true", help="purge without asking")
+    _common(p)
+
     p = sub.add_parser("db", help="database schema")
     p.add_argument("action", choices=["upgrade"])
     _common(p)
 
     args = parser.parse_args(argv)
     _setup_logging(args.verbose)
-    if (
-        args.command == "reset"
-        and not args.yes
-        and not _confirm("Forget every seen URL and purge the work queues?")
-    ):
+    if not _confirmed(args):
         return EXIT_USAGE
 
     async def run() -> int:
@@ -151,6 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "reset":
             await crawl.reset(settings, config)
             print("seen URLs forgotten, work queues purged")
+        elif args.command == "dead":
+            await _dead(settings, config, args)
         elif args.command == "db":
             await asyncio.to_thread(migrate, settings.database_url)
             print("database schema is up to date")

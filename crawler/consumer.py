@@ -21,6 +21,7 @@ from aio_pika.abc import (
     AbstractChannel,
     AbstractIncomingMessage,
     AbstractQueue,
+    AbstractRobustChannel,
     AbstractRobustConnection,
 )
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
@@ -29,7 +30,7 @@ from crawler import names as hdr
 from crawler.config import CrawlConfig, Rules
 from crawler.dedup import SeenStore
 from crawler.errors import BadURL, FetchError, InvalidMessage, SinkError
-from crawler.exchanges import declare, topology, work_queues
+from crawler.exchanges import declare, domain_queue, topology, work_queues
 from crawler.extract import charset_from_content_type, compile_fields, extract
 from crawler.fetch import Fetcher, Response
 from crawler.message import CrawlMessage, persistent
@@ -300,7 +301,10 @@ class Consumer:
             # A channel per queue: prefetch is really per queue, and one queue's error stays there.
             channel = await self.connection.channel()
             await channel.set_qos(prefetch_count=self.prefetch or self.config.rules_for(domain).prefetch)
-            queue = await channel.get_queue(self.names.domain_queue(domain), ensure=False)
+            # Declared (not just looked up) so the robust channel re-declares it and restores the
+            # consumer after a reconnect.
+            spec = domain_queue(self.names, domain)
+            queue = await channel.declare_queue(spec.name, durable=True, arguments=dict(spec.arguments))
             tag = f"{self.label} {domain}".replace(" ", ".")
 
             async def callback(message: AbstractIncomingMessage, domain: str = domain) -> None:
@@ -324,10 +328,11 @@ class Consumer:
                 await sub.channel.close()
         self._subs.clear()
 
-    async def _pending(self, probe: AbstractChannel) -> int:
+    async def _pending(self, probe: AbstractRobustChannel) -> int:
         total = 0
         for name in work_queues(self.config, self.names, self.domains):
-            declared = await probe.declare_queue(name, passive=True)
+            # robust=False: a robust channel answers a repeated passive declare from its cache.
+            declared = await probe.declare_queue(name, passive=True, robust=False)
             total += declared.declaration_result.message_count or 0
         return total
 

@@ -83,12 +83,21 @@ async def seed(
         return await _seed(f, settings, config, seeds, priority)
 
 
+async def declare_topology(f: Frontier, settings: Settings, config: CrawlConfig) -> None:
+    """Declare every exchange and queue of the crawl."""
+    channel = await f.connection.channel()
+    try:
+        await declare(channel, topology(config, settings.names))
+    finally:
+        await channel.close()
+
+
 async def _seed(
     f: Frontier, settings: Settings, config: CrawlConfig, seeds: list[str], priority: int | None
 ) -> Routed:
+    await declare_topology(f, settings, config)
     channel = await f.connection.channel(publisher_confirms=True)
     try:
-        await declare(channel, topology(config, settings.names))
         exchange = await channel.get_exchange(settings.names.frontier, ensure=False)
         router = Router(config, exchange, f.seen)
         return await router.route(seeds, depth=0, claimant=SEED_CLAIMANT, priority=priority)
@@ -139,9 +148,9 @@ async def consume(
 async def reset(settings: Settings, config: CrawlConfig) -> None:
     """Forget what was seen and purge the work queues, so the next seeds start a fresh crawl."""
     async with frontier(settings, "crawler reset") as f:
+        await declare_topology(f, settings, config)
         channel = await f.connection.channel()
         try:
-            await declare(channel, topology(config, settings.names))
             for name in work_queues(config, settings.names, sorted(config.domains)):
                 queue = await channel.get_queue(name, ensure=False)
                 await queue.purge()

@@ -108,3 +108,20 @@ def run(
         timeout=timeout,
         check=False,
     )
+
+
+async def queue_depth(amqp_url: str, queue: str) -> int:
+    """Ready messages in a queue, asked of the broker itself (the management API lags)."""
+    import aio_pika
+
+    async with await aio_pika.connect(amqp_url) as connection:
+        channel = await connection.channel()
+        declared = await channel.declare_queue(queue, passive=True)
+        return declared.declaration_result.message_count or 0
+
+
+def restart_rabbitmq() -> None:
+    """Stop and start the RabbitMQ application; durable queues and persistent messages survive."""
+    subprocess.run(["rabbitmqctl", "stop_app"], check=True, capture_output=True, timeout=120)
+    subprocess.run(["rabbitmqctl", "start_app"], check=True, capture_output=True, timeout=120)
+    subprocess.run(["rabbitmqctl", "await_startup"], check=True, capture_output=True, timeout=120)
