@@ -13,7 +13,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from crawler import crawl, dead
@@ -64,8 +64,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def _settings_and_config(args: argparse.Namespace) -> tuple[Settings, CrawlConfig]:
     settings = Settings.from_env()
-    path = args.config or settings.config_path
-    return settings, load_config(path)
+    if args.config:
+        settings = replace(settings, config_path=args.config)
+    return settings, load_config(settings.config_path)
 
 
 def _domains(value: str) -> list[str]:
@@ -180,7 +181,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 await crawl.reset(settings, config)
             started = time.monotonic()
             stats = await crawl.consume(
-                settings, config, burst=True, prefetch=args.prefetch, seeds=args.urls, role="crawler crawl"
+                settings,
+                config,
+                burst=True,
+                prefetch=args.prefetch,
+                seeds=args.urls,
+                role="crawler crawl",
+                config_path=settings.config_path,
             )
             print(_summary(stats, time.monotonic() - started))
         elif args.command == "status":
@@ -218,7 +225,13 @@ def consume_main(argv: Sequence[str] | None = None) -> int:
         settings, config = _settings_and_config(args)
         started = time.monotonic()
         stats = await crawl.consume(
-            settings, config, args.domains, burst=args.burst, prefetch=args.prefetch, grace=args.grace
+            settings,
+            config,
+            args.domains,
+            burst=args.burst,
+            prefetch=args.prefetch,
+            grace=args.grace,
+            config_path=settings.config_path,
         )
         log.info("stopped\n%s", _summary(stats, time.monotonic() - started))
         return EXIT_OK

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -37,6 +38,23 @@ def _check_selectors(value: dict[str, str]) -> dict[str, str]:
 Selectors = Annotated[dict[str, str], AfterValidator(_check_selectors)]
 
 
+def _check_pattern(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{value!r} is not a regular expression ({exc})") from None
+    return value
+
+
+class PriorityRule(BaseModel):
+    """URLs whose path and query match `match` (a regular expression) get `priority`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    match: Annotated[str, AfterValidator(_check_pattern)]
+    priority: Annotated[int, Field(ge=0, le=9)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -55,7 +73,11 @@ class Rules(_Strict):
     max_body_bytes: int = Field(5_000_000, ge=1_024, le=1_000_000_000)
     max_redirects: int = Field(10, ge=0, le=50)
     max_links: int = Field(5_000, ge=0, le=1_000_000)
-    retry_delays: tuple[Annotated[float, Field(gt=0, le=86_400)], ...] = (1.0, 5.0, 30.0)
+    retry_delays: tuple[Annotated[float, Field(gt=0, le=86_400)], ...] = Field((1.0, 5.0, 30.0), min_length=1)
+    backoff_recovery: float = Field(10.0, gt=0, le=3_600)
+    max_url_length: int = Field(2_048, ge=32, le=2_048)
+    max_path_repeats: int = Field(2, ge=1, le=100)
+    priorities: tuple[PriorityRule, ...] = ()
     extract: Selectors = Field(default_factory=dict)
 
 
@@ -73,7 +95,11 @@ class DomainRules(_Strict):
     max_body_bytes: int | None = Field(None, ge=1_024, le=1_000_000_000)
     max_redirects: int | None = Field(None, ge=0, le=50)
     max_links: int | None = Field(None, ge=0, le=1_000_000)
-    retry_delays: tuple[Annotated[float, Field(gt=0, le=86_400)], ...] | None = None
+    retry_delays: tuple[Annotated[float, Field(gt=0, le=86_400)], ...] | None = Field(None, min_length=1)
+    backoff_recovery: float | None = Field(None, gt=0, le=3_600)
+    max_url_length: int | None = Field(None, ge=32, le=2_048)
+    max_path_repeats: int | None = Field(None, ge=1, le=100)
+    priorities: tuple[PriorityRule, ...] | None = None
     extract: Selectors | None = None
 
 
@@ -100,6 +126,16 @@ class CrawlConfig(_Strict):
     allow_private_networks: bool = False
     follow_other_domains: bool = False
     tracking_params: tuple[str, ...] = ()
+    session_params: tuple[str, ...] = (
+        "jsessionid",
+        "phpsessid",
+        "aspsessionid",
+        "sessionid",
+        "session_id",
+        "sid",
+        "cfid",
+        "cftoken",
+    )
     user_agent: str = Field("crawler/0.1 (+https://github.com/crawler/crawler)", min_length=1)
     max_retry_after: float = Field(300.0, gt=0, le=86_400)
     domains: dict[str, DomainRules] = Field(default_factory=dict)
@@ -147,7 +183,9 @@ class CrawlConfig(_Strict):
     def rules(self) -> dict[str, Rules]:
         """Each domain's effective rules: its own settings over the defaults."""
         return {
-            domain: self.defaults.model_copy(update=overrides.model_dump(exclude_none=True))
+            domain: Rules.model_validate(
+                {**self.defaults.model_dump(), **overrides.model_dump(exclude_none=True)}
+            )
             for domain, overrides in self.domains.items()
         }
 
@@ -164,6 +202,11 @@ class CrawlConfig(_Strict):
     def rules_for(self, domain: str | None) -> Rules:
         """Rules of a configured domain, or the defaults for any other host."""
         return self.rules.get(domain, self.defaults) if domain else self.defaults
+
+    @property
+    def dropped_params(self) -> tuple[str, ...]:
+        """Query parameters canonicalisation drops besides the built-in tracking ones."""
+        return (*self.tracking_params, *self.session_params)
 
     @property
     def retry_tiers(self) -> tuple[float, ...]:

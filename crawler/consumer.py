@@ -13,8 +13,9 @@ import logging
 import os
 import signal
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from aio_pika.abc import (
@@ -24,25 +25,31 @@ from aio_pika.abc import (
     AbstractRobustChannel,
     AbstractRobustConnection,
 )
+from redis.asyncio import Redis
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from crawler import names as hdr
-from crawler.config import CrawlConfig, Rules
+from crawler.config import CrawlConfig, load_config
 from crawler.dedup import SeenStore
-from crawler.errors import BadURL, FetchError, InvalidMessage, SinkError
+from crawler.errors import BadURL, ConfigError, InvalidMessage, SinkError
 from crawler.exchanges import declare, domain_queue, topology, work_queues
-from crawler.extract import charset_from_content_type, compile_fields, extract
-from crawler.fetch import Fetcher, Response
+from crawler.extract import Fields, compile_fields
+from crawler.fetch import Fetcher
 from crawler.message import CrawlMessage, persistent
 from crawler.names import Names, delay_label
-from crawler.retry import Delay, Failure, from_error, from_status, next_delay
+from crawler.quota import PageQuota
+from crawler.ratelimit import RateLimiter
+from crawler.retry import Delay, Failure, next_delay
+from crawler.robots import Robots
 from crawler.router import PublishFailed, Router
 from crawler.sink import PageRecord, Sink
 from crawler.urls import canonicalise, fingerprint, host_of
+from crawler.visit import Visitor
 
 log = logging.getLogger(__name__)
 
 DRAIN_POLL = 0.25  # seconds between checks for an empty frontier in burst mode
+CONFIG_POLL = 1.0  # seconds between checks of domains.yaml for an edit
 EXIT_ABORTED = 3  # a second signal: exit at once, unacked messages go back to their queues
 
 
@@ -55,6 +62,7 @@ class DomainStats:
     retried: int = 0
     dead: int = 0
     invalid: int = 0
+    skipped: int = 0
 
 
 @dataclass(slots=True)
@@ -65,13 +73,6 @@ class _Subscription:
     tag: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    record: PageRecord
-    links: Sequence[str] = ()
-    failure: Failure | None = None
-
-
 class Consumer:
     """Consumes chosen domain queues until stopped (or, in burst mode, until the work is done)."""
 
@@ -80,34 +81,48 @@ class Consumer:
         config: CrawlConfig,
         names: Names,
         connection: AbstractRobustConnection,
-        seen: SeenStore,
+        redis: Redis,
         sink: Sink,
         fetcher: Fetcher,
-        domains: Sequence[str],
+        domains: Sequence[str] | None,
         *,
         label: str,
         prefetch: int | None = None,
         burst: bool = False,
         grace: float = 30.0,
+        config_path: str | None = None,
     ) -> None:
         self.config = config
         self.names = names
         self.connection = connection
-        self.seen = seen
         self.sink = sink
-        self.fetcher = fetcher
-        self.domains = list(domains)
+        self.seen = SeenStore(redis, names.seen_key)
+        self.quota = PageQuota(redis, names)
+        self.visitor = Visitor(
+            fetcher,
+            RateLimiter(redis, names),
+            Robots(redis, names, fetcher, config.user_agent),
+            self._check_scope,
+            config.max_retry_after,
+        )
+        # Without --domains a consumer takes every configured domain, new ones included.
+        self._every_domain = domains is None
+        self.domains = sorted(config.domains) if domains is None else list(domains)
         self.label = label
         self.prefetch = prefetch
         self.burst = burst
         self.grace = grace
+        self.config_path = config_path
         self.stats = {d: DomainStats() for d in self.domains}
-        self._fields = {d: compile_fields(config.rules_for(d).extract) for d in self.domains}
+        self._fields: dict[str, Fields] = {
+            d: compile_fields(config.rules_for(d).extract) for d in self.domains
+        }
         self._subs: list[_Subscription] = []
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._stop = asyncio.Event()
+        self._reload = asyncio.Event()
         self._signals = 0
 
     async def run(self) -> None:
@@ -118,14 +133,21 @@ class Consumer:
             self._frontier = await publisher.get_exchange(self.names.frontier, ensure=False)
             self._retry = await publisher.get_exchange(self.names.retry, ensure=False)
             self._dead = await publisher.get_exchange(self.names.dead, ensure=False)
-            self.router = Router(self.config, self._frontier, self.seen)
+            self.router = Router(self.config, self._frontier, self.seen, self.quota)
+            self._publisher = publisher
             with self._signal_handlers():
-                await self._subscribe()
-                if self.burst:
-                    await self._until_drained()
-                else:
-                    await self._stop.wait()
-                await self._unsubscribe(self.grace)
+                await self._subscribe(self.domains)
+                watcher = asyncio.create_task(self._watch_config()) if self.config_path else None
+                try:
+                    if self.burst:
+                        await self._until_drained()
+                    else:
+                        await self._stop.wait()
+                    await self._unsubscribe(self.grace)
+                finally:
+                    if watcher is not None:
+                        watcher.cancel()
+                        await asyncio.gather(watcher, return_exceptions=True)
         finally:
             await publisher.close()
 
@@ -153,7 +175,7 @@ class Consumer:
         attempts = _attempts(message) + 1
         try:
             crawl = CrawlMessage.decode(message.body)
-            url = canonicalise(crawl.url, tracking=self.config.tracking_params)
+            url = canonicalise(crawl.url, tracking=self.config.dropped_params)
             if self.config.domain_of(host_of(url)) != domain:
                 raise InvalidMessage(f"{url} does not belong to domain {domain}")
         except (InvalidMessage, BadURL) as exc:
@@ -163,7 +185,14 @@ class Consumer:
             await message.ack()
             return
         rules = self.config.rules_for(domain)
-        outcome = await self._crawl(url, crawl.depth, domain, rules, attempts)
+        # A page counts against max_pages once, on its first try.
+        if attempts == 1 and not await self.quota.take(domain, rules.max_pages):
+            self.stats[domain].skipped += 1
+            log.info("%s %s: skipped, max_pages %d reached", domain, url, rules.max_pages)
+            await message.ack()
+            return
+        record = PageRecord(url=url, domain=domain, depth=crawl.depth, attempts=attempts)
+        outcome = await self.visitor.visit(record, rules, self._fields[domain])
         failure = outcome.failure
         if failure is not None and failure.transient:
             delay = next_delay(
@@ -200,37 +229,8 @@ class Consumer:
         )
         await message.ack()
 
-    async def _crawl(self, url: str, depth: int, domain: str, rules: Rules, attempts: int) -> _Outcome:
-        record = PageRecord(url=url, domain=domain, depth=depth, attempts=attempts)
-        try:
-            response = await self.fetcher.fetch(url, rules, self._check_scope)
-        except FetchError as exc:
-            failure = from_error(exc)
-            return _Outcome(replace(record, error=failure.error, status_code=exc.status_code), (), failure)
-        status_failure = from_status(response.status_code, response.headers.get("retry-after"))
-        record = replace(
-            record,
-            final_url=response.final_url,
-            status_code=response.status_code,
-            content_type=response.content_type,
-            error=status_failure.error if status_failure else None,
-        )
-        if status_failure is not None or not response.is_html:
-            return _Outcome(record, (), status_failure)
-        return await self._extract(record, response, rules, domain)
-
-    async def _extract(self, record: PageRecord, response: Response, rules: Rules, domain: str) -> _Outcome:
-        page = extract(
-            response.body,
-            response.final_url,
-            charset=charset_from_content_type(response.content_type),
-            fields=self._fields[domain],
-            max_links=rules.max_links,
-        )
-        return _Outcome(replace(record, title=page.title, data=page.data or None), page.links)
-
     def _check_scope(self, url: str) -> None:
-        self.router.scope(canonicalise(url, tracking=self.config.tracking_params))
+        self.router.scope(canonicalise(url, tracking=self.config.dropped_params))
 
     async def _store(self, record: PageRecord) -> None:
         async for attempt in _short_retries(SinkError):
@@ -296,8 +296,8 @@ class Consumer:
 
     # -- subscriptions and lifecycle --------------------------------------------------------------
 
-    async def _subscribe(self) -> None:
-        for domain in self.domains:
+    async def _subscribe(self, domains: Sequence[str]) -> None:
+        for domain in domains:
             # A channel per queue: prefetch is really per queue, and one queue's error stays there.
             channel = await self.connection.channel()
             await channel.set_qos(prefetch_count=self.prefetch or self.config.rules_for(domain).prefetch)
@@ -312,7 +312,7 @@ class Consumer:
 
             await queue.consume(callback, consumer_tag=tag)
             self._subs.append(_Subscription(domain, channel, queue, tag))
-        log.info("consuming %s", ", ".join(self.domains))
+        log.info("consuming %s", ", ".join(domains))
 
     async def _unsubscribe(self, grace: float) -> None:
         for sub in self._subs:
@@ -351,20 +351,59 @@ class Consumer:
                 if await self._pending(probe) == 0:
                     return
                 idle = 0
-                await self._subscribe()
+                await self._subscribe(self.domains)
         finally:
             with contextlib.suppress(Exception):
                 await probe.close()
+
+    # -- live configuration -----------------------------------------------------------------------
+
+    async def _watch_config(self) -> None:
+        assert self.config_path is not None
+        path = Path(self.config_path)
+        seen = _mtime(path)
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._reload.wait(), CONFIG_POLL)
+            changed = _mtime(path)
+            if self._reload.is_set() or changed != seen:
+                self._reload.clear()
+                seen = changed
+                try:
+                    await self.apply(load_config(path))
+                except ConfigError as exc:
+                    log.error("edit of %s refused, the running configuration stays:\n%s", path, exc)
+
+    async def apply(self, config: CrawlConfig) -> None:
+        """Switch to an edited configuration: priorities, rates, extraction, scope; new domains too."""
+        fields = {d: compile_fields(config.rules_for(d).extract) for d in config.domains}
+        await declare(self._publisher, topology(config, self.names))
+        self.config = config
+        self.router.config = config
+        self._fields.update(fields)
+        for sub in self._subs:
+            if sub.domain in config.domains:
+                await sub.channel.set_qos(
+                    prefetch_count=self.prefetch or config.rules_for(sub.domain).prefetch
+                )
+        added = sorted(set(config.domains) - set(self.domains)) if self._every_domain else []
+        for domain in added:
+            self.stats[domain] = DomainStats()
+        self.domains.extend(added)
+        if added and not self._stop.is_set():
+            await self._subscribe(added)
+        log.info("configuration reloaded%s", f"; new domains: {', '.join(added)}" if added else "")
 
     @contextlib.contextmanager
     def _signal_handlers(self) -> Any:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        loop.add_signal_handler(signal.SIGHUP, self._reload.set)
         try:
             yield
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
 
     def _on_signal(self, sig: signal.Signals) -> None:
@@ -388,3 +427,10 @@ def _short_retries(kind: type[Exception]) -> AsyncRetrying:
 def _attempts(message: AbstractIncomingMessage) -> int:
     value = (message.headers or {}).get(hdr.HEADER_ATTEMPTS, 0)
     return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None

@@ -17,6 +17,7 @@ from crawler.dedup import SeenStore
 from crawler.errors import BadURL, ConfigError
 from crawler.exchanges import declare, topology, work_queues
 from crawler.fetch import HttpFetcher
+from crawler.quota import PageQuota
 from crawler.router import Routed, Router
 from crawler.settings import Settings
 from crawler.sink import Sink, ensure_schema
@@ -63,7 +64,7 @@ def check_seeds(config: CrawlConfig, urls: Sequence[str]) -> list[str]:
     """Canonical seeds; BadURL naming the first seed that cannot be crawled."""
     seeds = []
     for url in urls:
-        canon = canonicalise(url, tracking=config.tracking_params)
+        canon = canonicalise(url, tracking=config.dropped_params)
         host = canon.split("/")[2].rsplit(":", 1)[0]
         if config.domain_of(host) is None and not config.follow_other_domains:
             raise BadURL(
@@ -99,7 +100,7 @@ async def _seed(
     channel = await f.connection.channel(publisher_confirms=True)
     try:
         exchange = await channel.get_exchange(settings.names.frontier, ensure=False)
-        router = Router(config, exchange, f.seen)
+        router = Router(config, exchange, f.seen, PageQuota(f.redis, settings.names))
         return await router.route(seeds, depth=0, claimant=SEED_CLAIMANT, priority=priority)
     finally:
         await channel.close()
@@ -115,8 +116,12 @@ async def consume(
     grace: float = 30.0,
     seeds: Sequence[str] = (),
     role: str = "crawler-consume",
+    config_path: str | None = None,
 ) -> dict[str, DomainStats]:
-    """Consume the chosen domains' queues (after routing `seeds`) until stopped or drained."""
+    """Consume the chosen domains' queues (after routing `seeds`) until stopped or drained.
+
+    With `config_path`, edits of that file (or SIGHUP) reconfigure the running consumer.
+    """
     chosen = check_domains(config, domains)
     canonical_seeds = check_seeds(config, seeds)
     await asyncio.to_thread(ensure_schema, settings.database_url)
@@ -132,14 +137,15 @@ async def consume(
             config,
             settings.names,
             f.connection,
-            f.seen,
+            f.redis,
             sink,
             fetcher,
-            chosen,
+            chosen if domains else None,
             label=services.process_label(role),
             prefetch=prefetch,
             burst=burst,
             grace=grace,
+            config_path=config_path,
         )
         await consumer.run()
         return consumer.stats
@@ -156,4 +162,7 @@ async def reset(settings: Settings, config: CrawlConfig) -> None:
                 await queue.purge()
         finally:
             await channel.close()
-        await f.redis.delete(settings.names.seen_key)
+        for pattern in settings.names.progress_patterns:
+            keys = [key async for key in f.redis.scan_iter(match=pattern)]
+            if keys:
+                await f.redis.delete(*keys)

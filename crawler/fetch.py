@@ -56,8 +56,11 @@ Scope = Callable[[str], None]
 class Fetcher(Protocol):
     """A way to fetch pages: direct, through a proxy pool, or a scraping API."""
 
-    async def fetch(self, url: str, rules: Rules, scope: Scope) -> Response:
-        """Fetch `url` following redirects within `scope`; raise FetchError on failure."""
+    async def fetch(self, url: str, rules: Rules, scope: Scope, *, html_only: bool = True) -> Response:
+        """Fetch `url` following redirects within `scope`; raise FetchError on failure.
+
+        With `html_only`, a body that is not HTML is not read (its outcome is recorded all the same).
+        """
         ...
 
     async def aclose(self) -> None:
@@ -93,19 +96,19 @@ class HttpFetcher:
             trust_env=False,
         )
 
-    async def fetch(self, url: str, rules: Rules, scope: Scope) -> Response:
+    async def fetch(self, url: str, rules: Rules, scope: Scope, *, html_only: bool = True) -> Response:
         """Fetch `url` within the domain's deadline, body limit and redirect limit."""
         try:
             async with asyncio.timeout(rules.timeout):
-                return await self._follow(url, rules, scope)
+                return await self._follow(url, rules, scope, html_only)
         except TimeoutError:
             raise FetchTimeout(f"no complete response within {rules.timeout:g}s") from None
 
-    async def _follow(self, url: str, rules: Rules, scope: Scope) -> Response:
+    async def _follow(self, url: str, rules: Rules, scope: Scope, html_only: bool) -> Response:
         hops = [url]
         current = url
         while True:
-            status, headers, body = await self._get(current, rules)
+            status, headers, body = await self._get(current, rules, html_only)
             location = headers.get("location")
             if status not in REDIRECTS or not location:
                 return Response(url, current, status, headers, body)
@@ -124,11 +127,11 @@ class HttpFetcher:
             hops.append(target)
             current = target
 
-    async def _get(self, url: str, rules: Rules) -> tuple[int, httpx.Headers, bytes]:
+    async def _get(self, url: str, rules: Rules, html_only: bool) -> tuple[int, httpx.Headers, bytes]:
         try:
             async with self._client.stream("GET", url) as resp:
                 media = resp.headers.get("content-type", "text/html").split(";")[0].strip()
-                if resp.status_code in REDIRECTS or media.lower() not in HTML_TYPES:
+                if resp.status_code in REDIRECTS or (html_only and media.lower() not in HTML_TYPES):
                     return resp.status_code, resp.headers, b""
                 declared = resp.headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > rules.max_body_bytes:

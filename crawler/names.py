@@ -17,6 +17,11 @@ HEADER_CONSUMER = "crawler-consumer"
 HEADER_TIME = "crawler-time"
 HEADER_RETRY_TIER = "crawler-retry-tier"
 
+# Redis TTLs, in seconds.
+ROBOTS_TTL = 3600  # a robots.txt fetched (or answered 4xx) is trusted this long
+ROBOTS_ERROR_TTL = 60  # a robots.txt that failed (5xx, unreachable) is asked again after this
+ROBOTS_LOCK_TTL = 30  # one worker fetches a robots.txt for the fleet; others wait at most this
+
 # A classic queue's priority levels cost memory per level; 0..9 is what domains.yaml allows.
 MAX_PRIORITY = 9
 
@@ -68,3 +73,24 @@ class Names:
     def seen_key(self) -> str:
         """Redis hash of canonical-URL fingerprints already routed."""
         return f"{self.prefix}:seen"
+
+    def bucket_key(self, domain: str) -> str:
+        """Redis hash of a domain's token bucket and back-off state."""
+        return f"{self.prefix}:rate:{domain}"
+
+    def pages_key(self, domain: str) -> str:
+        """Redis counter of pages fetched from a domain in this crawl (for max_pages)."""
+        return f"{self.prefix}:pages:{domain}"
+
+    def robots_key(self, origin: str) -> str:
+        """Redis string caching one origin's robots.txt."""
+        return f"{self.prefix}:robots:{origin}"
+
+    def robots_lock_key(self, origin: str) -> str:
+        """Redis lock held by the worker fetching an origin's robots.txt."""
+        return f"{self.prefix}:robots-lock:{origin}"
+
+    @property
+    def progress_patterns(self) -> tuple[str, ...]:
+        """Key patterns of a crawl's progress, which a reset forgets (robots.txt stays cached)."""
+        return (self.seen_key, f"{self.prefix}:pages:*", f"{self.prefix}:rate:*")

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from aio_pika.abc import AbstractExchange
 
-from crawler.config import CrawlConfig
+from crawler.config import CrawlConfig, Rules
 from crawler.dedup import SeenStore
 from crawler.errors import BadURL, CrawlerError
 from crawler.message import CrawlMessage, persistent
+from crawler.names import MAX_PRIORITY
+from crawler.quota import PageQuota
+from crawler.traps import trap
 from crawler.urls import canonicalise, fingerprint, host_of
 
 log = logging.getLogger(__name__)
@@ -20,6 +24,16 @@ log = logging.getLogger(__name__)
 
 class PublishFailed(CrawlerError):
     """The broker did not confirm some publishes; their URLs were released for routing again."""
+
+
+def priority_for(url: str, depth: int, rules: Rules) -> int:
+    """A URL's message priority: seeds first, then the domain's URL rules, deeper links lower."""
+    if depth == 0:
+        return MAX_PRIORITY
+    target = url.split("/", 3)[3] if url.count("/") >= 3 else ""
+    base = next((r.priority for r in rules.priorities if re.search(r.match, "/" + target)), rules.priority)
+    # Below the seeds' level whatever a rule says; a level lower per hop, for up to three hops.
+    return max(0, min(base, MAX_PRIORITY - 1) - min(depth - 1, 3))
 
 
 @dataclass(slots=True)
@@ -30,6 +44,8 @@ class Routed:
     seen: int = 0
     out_of_scope: int = 0
     too_deep: int = 0
+    traps: int = 0
+    over_quota: int = 0
     invalid: int = 0
 
 
@@ -43,10 +59,13 @@ class _Candidate:
 class Router:
     """Routes URLs into the frontier exchange with the host as routing key."""
 
-    def __init__(self, config: CrawlConfig, exchange: AbstractExchange, seen: SeenStore) -> None:
+    def __init__(
+        self, config: CrawlConfig, exchange: AbstractExchange, seen: SeenStore, quota: PageQuota
+    ) -> None:
         self.config = config
         self._exchange = exchange
         self._seen = seen
+        self._quota = quota
 
     def scope(self, url: str) -> str | None:
         """The configured domain of a canonical URL; raise BadURL if it is out of scope."""
@@ -73,7 +92,7 @@ class Router:
         candidates: dict[bytes, _Candidate] = {}
         for raw in urls:
             try:
-                url = canonicalise(raw, base, self.config.tracking_params)
+                url = canonicalise(raw, base, self.config.dropped_params)
             except BadURL:
                 result.invalid += 1
                 continue
@@ -82,11 +101,23 @@ class Router:
             except BadURL:
                 result.out_of_scope += 1
                 continue
-            if depth > self.config.rules_for(domain).max_depth:
+            rules = self.config.rules_for(domain)
+            if depth > rules.max_depth:
                 result.too_deep += 1
+                continue
+            if trap(url, rules) is not None:
+                result.traps += 1
                 continue
             fp = fingerprint(url)
             candidates.setdefault(fp, _Candidate(url, domain, fp))
+        full = await self._quota.full(
+            {c.domain for c in candidates.values() if c.domain},
+            {d: self.config.rules_for(d).max_pages for d in self.config.domains},
+        )
+        if full:
+            kept = {fp: c for fp, c in candidates.items() if c.domain not in full}
+            result.over_quota = len(candidates) - len(kept)
+            candidates = kept
         fresh = await self._seen.claim(list(candidates), claimant)
         todo = [c for c, new in zip(candidates.values(), fresh, strict=True) if new]
         result.seen = len(candidates) - len(todo)
@@ -104,9 +135,7 @@ class Router:
         return result
 
     async def _publish(self, c: _Candidate, depth: int, priority: int | None) -> None:
-        rules = self.config.rules_for(c.domain)
+        if priority is None:
+            priority = priority_for(c.url, depth, self.config.rules_for(c.domain))
         message = CrawlMessage(c.url, depth)
-        await self._exchange.publish(
-            persistent(message.encode(), rules.priority if priority is None else priority),
-            routing_key=host_of(c.url),
-        )
+        await self._exchange.publish(persistent(message.encode(), priority), routing_key=host_of(c.url))

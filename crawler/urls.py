@@ -59,7 +59,19 @@ def canonicalise(url: str, base: str | None = None, tracking: Collection[str] = 
         for pair in canon.query.split("&")
         if pair and not _is_tracking(unquote(pair.partition("=")[0]), tracking)
     )
-    return urlunsplit((scheme, netloc, canon.path or "/", query, ""))
+    return urlunsplit((scheme, netloc, _drop_path_params(canon.path, tracking) or "/", query, ""))
+
+
+def _drop_path_params(path: str, dropped: Collection[str]) -> str:
+    # Session ids also hide in path parameters: /cart;jsessionid=1A2B
+    if ";" not in path:
+        return path
+    segments = []
+    for segment in path.split("/"):
+        head, *params = segment.split(";")
+        kept = [p for p in params if not _is_tracking(unquote(p.partition("=")[0]), dropped)]
+        segments.append(";".join([head, *kept]))
+    return "/".join(segments)
 
 
 def host_of(url: str) -> str:

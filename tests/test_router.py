@@ -11,6 +11,7 @@ from crawler.config import CrawlConfig, parse_config
 from crawler.dedup import SeenStore
 from crawler.exchanges import declare, topology
 from crawler.names import Names
+from crawler.quota import PageQuota
 from crawler.router import PublishFailed, Router
 from crawler.urls import fingerprint
 
@@ -33,7 +34,7 @@ async def _router(
 ) -> Router:
     await declare(channel, topology(config, names))
     exchange = await channel.get_exchange(names.frontier)
-    return Router(config, exchange, SeenStore(redis, names.seen_key))
+    return Router(config, exchange, SeenStore(redis, names.seen_key), PageQuota(redis, names))
 
 
 async def _drain(

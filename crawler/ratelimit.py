@@ -1,0 +1,117 @@
+"""Fleet-wide politeness per domain: a token bucket in Redis, with back-off and pauses.
+
+Every worker asks the same bucket, and the bucket keeps time by the Redis server's clock, so 3 workers
+or 300 together stay within a domain's rate whatever their own clocks say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from crawler.names import Names
+
+# A taker may reserve a token due up to this far ahead and sleep until then; beyond it, it waits
+# without reserving and asks again, so a rate edited in domains.yaml takes effect within about this.
+HORIZON = 1.0
+MIN_FACTOR = 1 / 64
+
+# Bucket hash fields: tokens, ts (last refill), factor (back-off, 1 = full rate), hit (when factor was
+# last lowered), paused (no token before this time).
+_STATE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local s = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'factor', 'hit', 'paused')
+local base, burst, recovery = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local factor = tonumber(s[3]) or 1
+local hit = tonumber(s[4]) or now
+local paused = tonumber(s[5]) or 0
+if factor < 1 then
+  -- back-off recovers step by step: the factor doubles every `recovery` seconds since the last hit
+  local steps = math.floor((now - hit) / recovery)
+  if steps > 0 then
+    factor = math.min(1, factor * 2 ^ steps)
+    hit = hit + steps * recovery
+  end
+end
+local rate = base * factor
+local tokens = tonumber(s[1]) or burst
+local ts = tonumber(s[2]) or now
+tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
+"""
+
+_TAKE = (
+    _STATE
+    + """
+local horizon = tonumber(ARGV[4])
+local grant, wait = 0, 0
+if paused > now then
+  wait = paused - now
+elseif tokens >= 1 - rate * horizon then
+  tokens = tokens - 1
+  grant = 1
+  if tokens < 0 then wait = -tokens / rate end
+else
+  wait = ((1 - rate * horizon) - tokens) / rate
+end
+redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now, 'factor', factor, 'hit', hit, 'paused', paused)
+redis.call('PEXPIRE', KEYS[1], math.ceil((burst / rate + recovery * 8 + wait) * 1000) + 60000)
+return {grant, tostring(wait)}
+"""
+)
+
+_SLOW_DOWN = (
+    _STATE
+    + """
+local pause = tonumber(ARGV[4])
+factor = math.max(tonumber(ARGV[5]), factor / 2)
+if pause > 0 then paused = math.max(paused, now + pause) end
+redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now, 'factor', factor, 'hit', now, 'paused', paused)
+redis.call('PEXPIRE', KEYS[1], math.ceil((burst / rate + recovery * 8 + pause) * 1000) + 60000)
+return tostring(factor)
+"""
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A domain's allowance: `rate` requests per second, `burst` at once, back-off recovery time."""
+
+    rate: float
+    burst: int
+    recovery: float
+
+
+class RateLimiter:
+    """Token buckets shared by the fleet, one per domain."""
+
+    def __init__(self, redis: Redis, names: Names) -> None:
+        self._names = names
+        self._take = redis.register_script(_TAKE)
+        self._slow_down = redis.register_script(_SLOW_DOWN)
+
+    def _args(self, budget: Budget) -> list[float]:
+        return [budget.rate, budget.burst, budget.recovery]
+
+    async def acquire(self, domain: str, budget: Budget) -> float:
+        """Wait until this worker may send one request to `domain`; return the seconds waited."""
+        waited = 0.0
+        while True:
+            grant, wait = await self._take(
+                keys=[self._names.bucket_key(domain)], args=[*self._args(budget), HORIZON]
+            )
+            seconds = max(0.0, float(wait))
+            if seconds:
+                await asyncio.sleep(seconds)
+                waited += seconds
+            if int(grant):
+                return waited
+
+    async def slow_down(self, domain: str, budget: Budget, pause: float = 0.0) -> float:
+        """The domain pushed back (429, 503): halve its rate fleet-wide, and pause it if asked."""
+        factor = await self._slow_down(
+            keys=[self._names.bucket_key(domain)], args=[*self._args(budget), pause, MIN_FACTOR]
+        )
+        return float(factor)

@@ -1,0 +1,124 @@
+"""robots.txt (RFC 9309), fetched once per origin per TTL and shared by the fleet through Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from protego import Protego
+from redis.asyncio import Redis
+
+from crawler.config import Rules
+from crawler.errors import FetchError
+from crawler.fetch import Fetcher, Scope
+from crawler.names import ROBOTS_ERROR_TTL, ROBOTS_LOCK_TTL, ROBOTS_TTL, Names
+
+LOCAL_TTL = 30.0  # seconds a worker trusts its own parsed copy before asking Redis again
+MAX_ROBOTS_BYTES = 500 * 1024  # RFC 9309: parse at least the first 500 KiB
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """May a URL be fetched, how slowly, and if robots.txt could not be had, why."""
+
+    allowed: bool
+    crawl_delay: float | None = None
+    unavailable: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Policy:
+    parser: Protego | None  # None: allow all (no usable robots.txt)
+    unavailable: str | None  # set: disallow everything for now (5xx, unreachable)
+
+
+def origin_of(url: str) -> str:
+    """scheme://host[:port] of a URL: robots.txt applies per origin."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+class Robots:
+    """Answers whether the crawler may fetch a URL."""
+
+    def __init__(self, redis: Redis, names: Names, fetcher: Fetcher, user_agent: str) -> None:
+        self._redis = redis
+        self._names = names
+        self._fetcher = fetcher
+        self._agent = user_agent.split("/")[0].strip() or "*"
+        self._local: dict[str, tuple[float, _Policy]] = {}
+
+    async def check(
+        self, url: str, rules: Rules, scope: Scope, pace: Callable[[], Awaitable[float]]
+    ) -> Verdict:
+        """The verdict for `url`; `pace` is awaited before fetching robots.txt (it is a request too)."""
+        policy = await self._policy(origin_of(url), rules, scope, pace)
+        if policy.unavailable is not None:
+            return Verdict(False, unavailable=policy.unavailable)
+        if policy.parser is None:
+            return Verdict(True)
+        delay = policy.parser.crawl_delay(self._agent)
+        return Verdict(bool(policy.parser.can_fetch(url, self._agent)), float(delay) if delay else None)
+
+    async def _policy(
+        self, origin: str, rules: Rules, scope: Scope, pace: Callable[[], Awaitable[float]]
+    ) -> _Policy:
+        cached = self._local.get(origin)
+        if cached and cached[0] > time.monotonic():
+            return cached[1]
+        key, lock = self._names.robots_key(origin), self._names.robots_lock_key(origin)
+        deadline = time.monotonic() + ROBOTS_LOCK_TTL
+        while (raw := await self._redis.get(key)) is None:
+            if await self._redis.set(lock, b"1", nx=True, ex=ROBOTS_LOCK_TTL):
+                try:
+                    raw, ttl = await self._fetch(origin, rules, scope, pace)
+                    await self._redis.set(key, raw, ex=ttl)
+                finally:
+                    await self._redis.delete(lock)
+                break
+            if time.monotonic() > deadline:  # the fetching worker died: fetch it ourselves
+                await self._redis.delete(lock)
+            await asyncio.sleep(0.05)
+        policy = _parse(raw)
+        self._local[origin] = (time.monotonic() + LOCAL_TTL, policy)
+        return policy
+
+    async def _fetch(
+        self, origin: str, rules: Rules, scope: Scope, pace: Callable[[], Awaitable[float]]
+    ) -> tuple[bytes, int]:
+        await pace()
+        robots_rules = rules.model_copy(update={"max_body_bytes": MAX_ROBOTS_BYTES, "max_redirects": 5})
+        try:
+            response = await self._fetcher.fetch(f"{origin}/robots.txt", robots_rules, scope, html_only=False)
+        except FetchError as exc:
+            if exc.transient:
+                return json.dumps(
+                    {"unavailable": f"robots.txt unavailable: {exc}"}
+                ).encode(), ROBOTS_ERROR_TTL
+            return json.dumps({"allow": True}).encode(), ROBOTS_TTL  # nothing usable: allow all
+        if response.status_code >= 500:
+            reason = f"robots.txt unavailable: HTTP {response.status_code}"
+            return json.dumps({"unavailable": reason}).encode(), ROBOTS_ERROR_TTL
+        if response.status_code >= 400:  # RFC 9309: 4xx means no rules at all
+            return json.dumps({"allow": True}).encode(), ROBOTS_TTL
+        text = response.body.decode("utf-8", "replace")
+        return json.dumps({"body": text}).encode(), ROBOTS_TTL
+
+
+def _parse(raw: bytes | str) -> _Policy:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return _Policy(None, None)
+    if "unavailable" in data:
+        return _Policy(None, str(data["unavailable"]))
+    if "body" in data:
+        try:
+            return _Policy(Protego.parse(str(data["body"])), None)
+        except Exception:  # a robots.txt protego cannot read is as good as none
+            return _Policy(None, None)
+    return _Policy(None, None)

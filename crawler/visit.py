@@ -1,0 +1,103 @@
+"""One page visit, politely: robots.txt, a rate token, the fetch, back-off, then extraction."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from crawler.config import Rules
+from crawler.errors import FetchError
+from crawler.extract import Fields, charset_from_content_type, extract
+from crawler.fetch import Fetcher, Scope
+from crawler.ratelimit import Budget, RateLimiter
+from crawler.retry import Failure, from_error, from_status, parse_retry_after
+from crawler.robots import Robots
+from crawler.sink import PageRecord
+
+log = logging.getLogger(__name__)
+
+PUSHBACK = frozenset({429, 503})  # statuses that slow the whole domain down
+DISALLOWED = "disallowed by robots.txt"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a visit produced: the page's row, the links to route, and the failure if any."""
+
+    record: PageRecord
+    links: Sequence[str] = ()
+    failure: Failure | None = None
+    rate_wait: float = 0.0
+
+
+def budget(rules: Rules, crawl_delay: float | None) -> Budget:
+    """The domain's allowance; a robots.txt Crawl-delay caps the rate and allows no burst."""
+    if crawl_delay:
+        return Budget(min(rules.rate, 1 / crawl_delay), 1, rules.backoff_recovery)
+    return Budget(rules.rate, rules.burst, rules.backoff_recovery)
+
+
+class Visitor:
+    """Visits pages for a consumer."""
+
+    def __init__(
+        self, fetcher: Fetcher, limiter: RateLimiter, robots: Robots, scope: Scope, max_retry_after: float
+    ) -> None:
+        self._fetcher = fetcher
+        self._limiter = limiter
+        self._robots = robots
+        self._scope = scope
+        self._max_retry_after = max_retry_after
+
+    async def visit(self, record: PageRecord, rules: Rules, fields: Fields) -> Outcome:
+        """Visit `record.url` under the domain's `rules`; never raises for what the site does."""
+        domain, url = record.domain, record.url
+        crawl_delay = None
+        waited = 0.0
+        if rules.obey_robots:
+
+            async def pace() -> float:
+                return await self._limiter.acquire(domain, budget(rules, None))
+
+            verdict = await self._robots.check(url, rules, self._scope, pace)
+            if verdict.unavailable is not None:
+                return Outcome(
+                    replace(record, error=verdict.unavailable), (), Failure("transient", verdict.unavailable)
+                )
+            if not verdict.allowed:
+                return Outcome(replace(record, error=DISALLOWED), (), Failure("permanent", DISALLOWED))
+            crawl_delay = verdict.crawl_delay
+        allowance = budget(rules, crawl_delay)
+        waited += await self._limiter.acquire(domain, allowance)
+        try:
+            response = await self._fetcher.fetch(url, rules, self._scope)
+        except FetchError as exc:
+            failure = from_error(exc)
+            return Outcome(
+                replace(record, error=failure.error, status_code=exc.status_code), (), failure, waited
+            )
+        if response.status_code in PUSHBACK:
+            pause = parse_retry_after(response.headers.get("retry-after")) or 0.0
+            factor = await self._limiter.slow_down(domain, allowance, min(pause, self._max_retry_after))
+            log.info(
+                "%s answered %d: rate now %.0f%% of its budget", domain, response.status_code, factor * 100
+            )
+        status_failure = from_status(response.status_code, response.headers.get("retry-after"))
+        record = replace(
+            record,
+            final_url=response.final_url,
+            status_code=response.status_code,
+            content_type=response.content_type,
+            error=status_failure.error if status_failure else None,
+        )
+        if status_failure is not None or not response.is_html:
+            return Outcome(record, (), status_failure, waited)
+        page = extract(
+            response.body,
+            response.final_url,
+            charset=charset_from_content_type(response.content_type),
+            fields=fields,
+            max_links=rules.max_links,
+        )
+        return Outcome(replace(record, title=page.title, data=page.data or None), page.links, None, waited)
