@@ -51,8 +51,8 @@ def _setup_logging(verbose: bool) -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO if verbose else logging.WARNING)
     logging.getLogger("crawler").setLevel(logging.INFO)
-    # A page's outcome line is the consumer's to log; quiet unless asked.
-    logging.getLogger("crawler.consumer").setLevel(logging.INFO if verbose else logging.WARNING)
+    # A line per page is a lot: only when asked.
+    logging.getLogger("crawler.pages").setLevel(logging.INFO if verbose else logging.WARNING)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -47,6 +47,7 @@ from crawler.urls import canonicalise, fingerprint, host_of
 from crawler.visit import Visitor
 
 log = logging.getLogger(__name__)
+pages_log = logging.getLogger("crawler.pages")  # one line per page outcome: verbose
 
 DRAIN_POLL = 0.25  # seconds between checks for an empty frontier in burst mode
 CONFIG_POLL = 1.0  # seconds between checks of domains.yaml for an edit
@@ -103,6 +104,7 @@ class Consumer:
             RateLimiter(redis, names),
             Robots(redis, names, fetcher, config.user_agent),
             self._check_scope,
+            lambda domain: self.config.rules_for(domain),
             config.max_retry_after,
         )
         # Without --domains a consumer takes every configured domain, new ones included.
@@ -188,7 +190,7 @@ class Consumer:
         # A page counts against max_pages once, on its first try.
         if attempts == 1 and not await self.quota.take(domain, rules.max_pages):
             self.stats[domain].skipped += 1
-            log.info("%s %s: skipped, max_pages %d reached", domain, url, rules.max_pages)
+            pages_log.info("%s %s: skipped, max_pages %d reached", domain, url, rules.max_pages)
             await message.ack()
             return
         record = PageRecord(url=url, domain=domain, depth=crawl.depth, attempts=attempts)
@@ -205,7 +207,7 @@ class Consumer:
             if delay is not None:
                 await self._publish_retry(message, domain, attempts, delay, failure)
                 self.stats[domain].retried += 1
-                log.info("%s %s: %s; retry in %.1fs", domain, url, failure.error, delay.seconds)
+                pages_log.info("%s %s: %s; retry in %.1fs", domain, url, failure.error, delay.seconds)
                 await message.ack()
                 return
         await self._store(outcome.record)
@@ -218,7 +220,7 @@ class Consumer:
             self.stats[domain].ok += 1
         else:
             self.stats[domain].failed += 1
-        log.info(
+        pages_log.info(
             "%s %s %s depth=%d attempt=%d links=%d",
             domain,
             outcome.record.status_code or "-",

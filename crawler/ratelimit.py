@@ -7,6 +7,7 @@ or 300 together stay within a domain's rate whatever their own clocks say.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -17,6 +18,7 @@ from crawler.names import Names
 # without reserving and asks again, so a rate edited in domains.yaml takes effect within about this.
 HORIZON = 1.0
 MIN_FACTOR = 1 / 64
+SPACING = 1.0  # seconds: a domain's rate is halved at most this often
 
 # Bucket hash fields: tokens, ts (last refill), factor (back-off, 1 = full rate), hit (when factor was
 # last lowered), paused (no token before this time).
@@ -66,9 +68,13 @@ _SLOW_DOWN = (
     _STATE
     + """
 local pause = tonumber(ARGV[4])
-factor = math.max(tonumber(ARGV[5]), factor / 2)
+-- answers already on their way when the first push-back came in do not count again
+if factor >= 1 or now - hit >= tonumber(ARGV[6]) then
+  factor = math.max(tonumber(ARGV[5]), factor / 2)
+  hit = now
+end
 if pause > 0 then paused = math.max(paused, now + pause) end
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now, 'factor', factor, 'hit', now, 'paused', paused)
+redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now, 'factor', factor, 'hit', hit, 'paused', paused)
 redis.call('PEXPIRE', KEYS[1], math.ceil((burst / rate + recovery * 8 + pause) * 1000) + 60000)
 return tostring(factor)
 """
@@ -95,12 +101,15 @@ class RateLimiter:
     def _args(self, budget: Budget) -> list[float]:
         return [budget.rate, budget.burst, budget.recovery]
 
-    async def acquire(self, domain: str, budget: Budget) -> float:
-        """Wait until this worker may send one request to `domain`; return the seconds waited."""
+    async def acquire(self, domain: str, budget: Callable[[], Budget]) -> float:
+        """Wait until this worker may send one request to `domain`; return the seconds waited.
+
+        `budget` is asked again each time round, so an edited rate reaches requests already waiting.
+        """
         waited = 0.0
         while True:
             grant, wait = await self._take(
-                keys=[self._names.bucket_key(domain)], args=[*self._args(budget), HORIZON]
+                keys=[self._names.bucket_key(domain)], args=[*self._args(budget()), HORIZON]
             )
             seconds = max(0.0, float(wait))
             if seconds:
@@ -112,6 +121,6 @@ class RateLimiter:
     async def slow_down(self, domain: str, budget: Budget, pause: float = 0.0) -> float:
         """The domain pushed back (429, 503): halve its rate fleet-wide, and pause it if asked."""
         factor = await self._slow_down(
-            keys=[self._names.bucket_key(domain)], args=[*self._args(budget), pause, MIN_FACTOR]
+            keys=[self._names.bucket_key(domain)], args=[*self._args(budget), pause, MIN_FACTOR, SPACING]
         )
         return float(factor)

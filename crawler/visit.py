@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from crawler.config import Rules
@@ -42,8 +42,15 @@ class Visitor:
     """Visits pages for a consumer."""
 
     def __init__(
-        self, fetcher: Fetcher, limiter: RateLimiter, robots: Robots, scope: Scope, max_retry_after: float
+        self,
+        fetcher: Fetcher,
+        limiter: RateLimiter,
+        robots: Robots,
+        scope: Scope,
+        rules_of: Callable[[str], Rules],
+        max_retry_after: float,
     ) -> None:
+        self._rules_of = rules_of  # the live rules: domains.yaml may be edited while a visit waits
         self._fetcher = fetcher
         self._limiter = limiter
         self._robots = robots
@@ -58,7 +65,7 @@ class Visitor:
         if rules.obey_robots:
 
             async def pace() -> float:
-                return await self._limiter.acquire(domain, budget(rules, None))
+                return await self._limiter.acquire(domain, lambda: budget(self._rules_of(domain), None))
 
             verdict = await self._robots.check(url, rules, self._scope, pace)
             if verdict.unavailable is not None:
@@ -68,8 +75,7 @@ class Visitor:
             if not verdict.allowed:
                 return Outcome(replace(record, error=DISALLOWED), (), Failure("permanent", DISALLOWED))
             crawl_delay = verdict.crawl_delay
-        allowance = budget(rules, crawl_delay)
-        waited += await self._limiter.acquire(domain, allowance)
+        waited += await self._limiter.acquire(domain, lambda: budget(self._rules_of(domain), crawl_delay))
         try:
             response = await self._fetcher.fetch(url, rules, self._scope)
         except FetchError as exc:
@@ -79,6 +85,7 @@ class Visitor:
             )
         if response.status_code in PUSHBACK:
             pause = parse_retry_after(response.headers.get("retry-after")) or 0.0
+            allowance = budget(self._rules_of(domain), crawl_delay)
             factor = await self._limiter.slow_down(domain, allowance, min(pause, self._max_retry_after))
             log.info(
                 "%s answered %d: rate now %.0f%% of its budget", domain, response.status_code, factor * 100

@@ -6,6 +6,8 @@ import asyncio
 import json
 import signal
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aio_pika
@@ -17,9 +19,9 @@ from crawler.config import load_config
 from crawler.names import HEADER_REASON, Names
 from crawler.settings import Settings
 from crawler.sink import engine_url
-from demo.site import serve
+from demo.site import Site, free_port, page, serve
 from tests.services import crawler_command, env_for, settings_for
-from tests.sites import after_requests, reachable, shops, slow, write_config
+from tests.sites import IPS, after_requests, reachable, shops, slow, write_config
 
 
 def stored(database_url: str) -> list[tuple[str, int | None, str | None]]:
@@ -42,6 +44,14 @@ def consumer(settings: Settings, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+async def wait_for(condition: Callable[[], bool], timeout: float = 60) -> None:
+    """Poll `condition` until it holds; fail the test if it does not within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
 
 
 def finish(process: subprocess.Popen[str], timeout: float = 90) -> int:
@@ -161,3 +171,62 @@ def test_unknown_domains_are_refused(tmp_path: Path, domains: list[str]) -> None
     )
     assert result.returncode == 2
     assert "not configured in domains.yaml" in result.stderr
+
+
+def classed_site(n: int) -> Site:
+    """Leaf pages in three classes, /low/, /mid/ and /high/, each class a third of them."""
+    port = free_port(IPS["a.test"])
+    routes = {f"/{c}/{i}": page(f"{c} {i}", []) for i in range(n) for c in ("low", "mid", "high")}
+    return Site("a.test", IPS["a.test"], port, routes)  # type: ignore[arg-type]
+
+
+async def test_a_backlog_is_fetched_by_priority_with_prefetch_1(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    site = classed_site(170)  # 510 URLs
+    rules = [{"match": "^/high/", "priority": 9}, {"match": "^/mid/", "priority": 5}]
+    config = write_config(tmp_path / "d.yaml", [site], rate=10_000, burst=1000, priority=1, priorities=rules)
+    settings = settings_for(amqp_url, prefix, sqlite_url, config)
+    classes = ("low", "mid", "high")
+    urls = [site.url(f"/{classes[i % 3]}/{i // 3}") for i in range(510)]  # queued interleaved
+    async with crawl.frontier(settings, "test") as f:
+        await crawl.declare_topology(f, settings, load_config(settings.config_path))
+        channel = await f.connection.channel(publisher_confirms=True)
+        exchange = await channel.get_exchange(Names(prefix).frontier)
+        router = crawl.Router(
+            load_config(settings.config_path), exchange, f.seen, crawl.PageQuota(f.redis, Names(prefix))
+        )
+        routed = await router.route(urls, depth=1, claimant=b"test")
+        assert len(routed.published) == 510
+    with serve(site):
+        await asyncio.to_thread(finish, consumer(settings, "--burst", "--prefetch", "1"))
+    order = [p.split("/")[1] for _, p in site.requests if p != "/robots.txt"]
+    assert len(order) == 510
+    rank = {"high": 2, "mid": 1, "low": 0}
+    assert [rank[c] for c in order] == sorted((rank[c] for c in order), reverse=True)
+
+
+async def test_edits_of_domains_yaml_reach_a_running_consumer(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    sites = shops(products=40, hosts=["a.test"])
+    path = write_config(tmp_path / "d.yaml", sites, rate=1, burst=1)
+    settings = settings_for(amqp_url, prefix, sqlite_url, path)
+    log = tmp_path / "worker.log"
+    with serve(*sites), log.open("w") as sink:
+        await seed(settings, sites[0].url())
+        worker = subprocess.Popen(
+            crawler_command("crawler-consume"), env=env_for(settings), stderr=sink, stdout=sink, text=True
+        )
+        await wait_for(lambda: len(sites[0].requests) >= 3)
+        good = path.read_text()
+        path.write_text(good + "\nsurprise: true\n")  # an invalid edit: refused, the old rules stay
+        await wait_for(lambda: "refused" in log.read_text())
+        assert "surprise" in log.read_text() and worker.poll() is None
+        path.write_text(write_config(tmp_path / "new.yaml", sites, rate=200, burst=10).read_text())
+        edited = time.monotonic()
+        await wait_for(lambda: len(sites[0].requests) >= 43, timeout=30)  # 40 s left at rate 1
+        assert time.monotonic() - edited < 15
+        worker.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(worker.wait, 60) == 0
+    assert "configuration reloaded" in log.read_text()

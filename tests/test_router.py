@@ -70,7 +70,7 @@ async def test_route_canonicalises_scopes_dedups_and_publishes(
     shop = await _drain(channel, names.domain_queue("shop.test"))
     bodies = sorted(json.loads(m.body)["url"] for m in shop)
     assert bodies == ["http://shop.test/a", "http://www.shop.test/b"]
-    assert {m.priority for m in shop} == {7}
+    assert {m.priority for m in shop} == {7}  # the domain's priority at depth 1
     assert {m.delivery_mode for m in shop} == {aio_pika.DeliveryMode.PERSISTENT}
     assert {m.routing_key for m in shop} == {"shop.test", "www.shop.test"}
     assert [json.loads(m.body)["depth"] for m in shop] == [1, 1]
@@ -128,3 +128,21 @@ async def test_a_pages_links_are_confirmed_concurrently(
     routed = await router.route(links, depth=1, claimant=b"p", base="http://shop.test/")
     assert len(routed.published) == 300
     assert len(await _drain(channel, names.domain_queue("shop.test"))) == 300
+
+
+def test_priority_for_ranks_seeds_then_rules_then_shallow_links() -> None:
+    from crawler.router import priority_for
+
+    text = """
+domains:
+  s.test:
+    priority: 4
+    priorities: [{match: '^/product/', priority: 9}, {match: sale, priority: 6}]
+"""
+    rules = parse_config(text).rules["s.test"]
+    assert priority_for("http://s.test/", 0, rules) == 9  # a seed
+    assert priority_for("http://s.test/product/1", 1, rules) == 8  # below the seeds whatever a rule says
+    assert priority_for("http://s.test/x?sale=1", 1, rules) == 6
+    assert priority_for("http://s.test/about", 1, rules) == 4
+    assert priority_for("http://s.test/about", 2, rules) == 3  # deeper, lower
+    assert priority_for("http://s.test/about", 9, rules) == 1  # at most three levels lower
