@@ -51,6 +51,8 @@ def _setup_logging(verbose: bool) -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO if verbose else logging.WARNING)
     logging.getLogger("crawler").setLevel(logging.INFO)
+    # aio-pika says when the broker connection drops and comes back; aiormq repeats it louder.
+    logging.getLogger("aiormq").setLevel(logging.INFO if verbose else logging.CRITICAL)
     # A line per page is a lot: only when asked.
     logging.getLogger("crawler.pages").setLevel(logging.INFO if verbose else logging.WARNING)
 
@@ -74,10 +76,14 @@ def _domains(value: str) -> list[str]:
 
 
 def _summary(stats: dict[str, DomainStats], seconds: float) -> str:
-    lines = [f"{'domain':<24} {'ok':>7} {'failed':>7} {'retried':>7} {'dead':>5} {'invalid':>7}"]
+    lines = [
+        f"{'domain':<24} {'ok':>7} {'failed':>7} {'retried':>7} {'dead':>5} {'invalid':>7} {'skipped':>7}"
+    ]
     total = 0
     for domain, s in sorted(stats.items()):
-        lines.append(f"{domain:<24} {s.ok:>7} {s.failed:>7} {s.retried:>7} {s.dead:>5} {s.invalid:>7}")
+        lines.append(
+            f"{domain:<24} {s.ok:>7} {s.failed:>7} {s.retried:>7} {s.dead:>5} {s.invalid:>7} {s.skipped:>7}"
+        )
         total += s.ok + s.failed
     rate = total / seconds if seconds > 0 else 0.0
     lines.append(f"{total} pages in {seconds:.1f}s: {rate:.1f} pages/s")
