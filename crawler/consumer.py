@@ -375,6 +375,8 @@ class Consumer:
                     await self.apply(load_config(path))
                 except ConfigError as exc:
                     log.error("edit of %s refused, the running configuration stays:\n%s", path, exc)
+                except Exception as exc:  # the broker is away: keep watching, try again on the next edit
+                    log.error("edit of %s not applied (%r); the running configuration stays", path, exc)
 
     async def apply(self, config: CrawlConfig) -> None:
         """Switch to an edited configuration: priorities, rates, extraction, scope; new domains too."""
