@@ -16,14 +16,21 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from crawler import crawl, dead
+from rich.console import Console
+
+from crawler import crawl, dead, logs
+from crawler.background import background
 from crawler.config import CrawlConfig, load_config
 from crawler.consumer import DomainStats
 from crawler.errors import CrawlerError
+from crawler.metrics import Metrics
+from crawler.monitor import Monitoring
+from crawler.names import HEARTBEAT_TTL
+from crawler.progress import PROGRESS_SAMPLE_EVERY, Progress
 from crawler.redact import redact
 from crawler.settings import Settings
 from crawler.sink import migrate
-from crawler.status import render, status
+from crawler.status import render, status, watch
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -43,10 +50,10 @@ class _Redacting(logging.Filter):
         return True
 
 
-def _setup_logging(verbose: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+def _setup_logging(verbose: bool, fmt: str = "text") -> None:
+    handler = logs.StderrHandler()
     handler.addFilter(_Redacting())
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logs.formatter(fmt))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO if verbose else logging.WARNING)
@@ -62,6 +69,40 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "--config", help="domains.yaml to use (default: $CRAWLER_CONFIG or config/domains.yaml)"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every page's outcome")
+    parser.add_argument(
+        "--log-format", choices=logs.FORMATS, default="text", help="text, or json: one object per line"
+    )
+
+
+def _port(value: str) -> int:
+    port = int(value)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (0-65535)")
+    return port
+
+
+def _positive(value: str) -> float:
+    number = float(value)
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number of seconds")
+    return number
+
+
+def _monitoring_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--metrics-port", type=_port, help="serve Prometheus metrics on this port")
+    parser.add_argument(
+        "--metrics-addr", default="0.0.0.0", help="address to serve metrics on (default: all)"
+    )
+    # For tests: a short TTL lets a killed worker show as gone quickly.
+    parser.add_argument("--heartbeat-ttl", type=_positive, default=HEARTBEAT_TTL, help=argparse.SUPPRESS)
+
+
+def _monitoring(args: argparse.Namespace, metrics: Metrics | None = None) -> Monitoring:
+    monitoring = Monitoring(port=args.metrics_port, addr=args.metrics_addr, heartbeat_ttl=args.heartbeat_ttl)
+    if metrics is not None:
+        # A progress display reads these metrics: sample queue depths often enough for it.
+        monitoring.metrics, monitoring.sample_every = metrics, PROGRESS_SAMPLE_EVERY
+    return monitoring
 
 
 def _settings_and_config(args: argparse.Namespace) -> tuple[Settings, CrawlConfig]:
@@ -149,10 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("urls", nargs="*", metavar="URL")
     p.add_argument("--prefetch", type=int, help="per-queue prefetch (default: each domain's)")
     p.add_argument("--fresh", action="store_true", help="forget what earlier crawls saw and queued first")
+    _monitoring_options(p)
     _common(p)
 
     p = sub.add_parser("status", help="queue depths and stored pages per domain")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--watch", action="store_true", help="refresh the status until interrupted")
+    p.add_argument("--interval", type=_positive, default=2.0, help="seconds between refreshes")
     _common(p)
 
     p = sub.add_parser("reset", help="forget seen URLs and purge the work queues")
@@ -173,7 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _common(p)
 
     args = parser.parse_args(argv)
-    _setup_logging(args.verbose)
+    _setup_logging(args.verbose, args.log_format)
+    if args.command == "status" and args.watch and args.json:
+        parser.error("--watch and --json do not go together")
     if not _confirmed(args):
         return EXIT_USAGE
 
@@ -186,16 +232,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.fresh:
                 await crawl.reset(settings, config)
             started = time.monotonic()
-            stats = await crawl.consume(
-                settings,
-                config,
-                burst=True,
-                prefetch=args.prefetch,
-                seeds=args.urls,
-                role="crawler crawl",
-                config_path=settings.config_path,
-            )
+            metrics = Metrics()
+            progress = Progress(metrics, crawl.check_domains(config, None))
+            async with background(progress.run()):
+                stats = await crawl.consume(
+                    settings,
+                    config,
+                    burst=True,
+                    prefetch=args.prefetch,
+                    seeds=args.urls,
+                    role="crawler crawl",
+                    config_path=settings.config_path,
+                    monitoring=_monitoring(args, metrics),
+                )
             print(_summary(stats, time.monotonic() - started))
+        elif args.command == "status" and args.watch:
+            await watch(settings, config, args.interval, Console())
         elif args.command == "status":
             data = await status(settings, config)
             print(json.dumps(data, indent=2) if args.json else render(data))
@@ -223,9 +275,10 @@ def consume_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--grace", type=float, default=30.0, help="seconds to finish in-flight work on SIGTERM"
     )
+    _monitoring_options(parser)
     _common(parser)
     args = parser.parse_args(argv)
-    _setup_logging(args.verbose)
+    _setup_logging(args.verbose, args.log_format)
 
     async def run() -> int:
         settings, config = _settings_and_config(args)
@@ -238,6 +291,7 @@ def consume_main(argv: Sequence[str] | None = None) -> int:
             prefetch=args.prefetch,
             grace=args.grace,
             config_path=settings.config_path,
+            monitoring=_monitoring(args),
         )
         log.info("stopped\n%s", _summary(stats, time.monotonic() - started))
         return EXIT_OK

@@ -28,6 +28,7 @@ from aio_pika.abc import (
 from redis.asyncio import Redis
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from crawler import logs
 from crawler import names as hdr
 from crawler.config import CrawlConfig, load_config
 from crawler.dedup import SeenStore
@@ -36,12 +37,13 @@ from crawler.exchanges import declare, domain_queue, topology, work_queues
 from crawler.extract import Fields, compile_fields
 from crawler.fetch import Fetcher
 from crawler.message import CrawlMessage, persistent
+from crawler.metrics import Metrics
 from crawler.names import Names, delay_label
 from crawler.quota import PageQuota
 from crawler.ratelimit import RateLimiter
 from crawler.retry import Delay, Failure, next_delay
 from crawler.robots import Robots
-from crawler.router import PublishFailed, Router
+from crawler.router import PublishFailed, Routed, Router
 from crawler.sink import PageRecord, Sink
 from crawler.urls import canonicalise, fingerprint, host_of
 from crawler.visit import Visitor
@@ -92,6 +94,7 @@ class Consumer:
         burst: bool = False,
         grace: float = 30.0,
         config_path: str | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.config = config
         self.names = names
@@ -115,6 +118,7 @@ class Consumer:
         self.burst = burst
         self.grace = grace
         self.config_path = config_path
+        self.metrics = metrics or Metrics()
         self.stats = {d: DomainStats() for d in self.domains}
         self._fields: dict[str, Fields] = {
             d: compile_fields(config.rules_for(d).extract) for d in self.domains
@@ -162,13 +166,16 @@ class Consumer:
     async def _on_message(self, domain: str, message: AbstractIncomingMessage) -> None:
         self._inflight += 1
         self._idle.clear()
+        self.metrics.message_started(domain)
         try:
             await self._process(domain, message)
         except Exception as exc:
             # Infrastructure trouble (broker, database) after the fetch: wait a tier and try again.
             log.warning("%s: %r; will retry", domain, exc)
+            self.metrics.observe_error(domain, "internal")
             await self._retry_or_return(message, domain, Failure("transient", f"{exc}"))
         finally:
+            self.metrics.message_done(domain)
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
@@ -182,6 +189,7 @@ class Consumer:
                 raise InvalidMessage(f"{url} does not belong to domain {domain}")
         except (InvalidMessage, BadURL) as exc:
             self.stats[domain].invalid += 1
+            self.metrics.observe_dead(domain, "invalid")
             log.warning("%s: invalid message set aside: %s", domain, exc)
             await self._set_aside(message, domain, Failure("invalid", str(exc)), attempts)
             await message.ack()
@@ -190,11 +198,14 @@ class Consumer:
         # A page counts against max_pages once, on its first try.
         if attempts == 1 and not await self.quota.take(domain, rules.max_pages):
             self.stats[domain].skipped += 1
+            self.metrics.observe_skipped(domain, "max_pages")
             pages_log.info("%s %s: skipped, max_pages %d reached", domain, url, rules.max_pages)
             await message.ack()
             return
         record = PageRecord(url=url, domain=domain, depth=crawl.depth, attempts=attempts)
         outcome = await self.visitor.visit(record, rules, self._fields[domain])
+        self.metrics.observe_visit(domain, outcome)
+        seconds = outcome.fetched.seconds if outcome.fetched else 0.0
         failure = outcome.failure
         if failure is not None and failure.transient:
             delay = next_delay(
@@ -207,27 +218,44 @@ class Consumer:
             if delay is not None:
                 await self._publish_retry(message, domain, attempts, delay, failure)
                 self.stats[domain].retried += 1
-                pages_log.info("%s %s: %s; retry in %.1fs", domain, url, failure.error, delay.seconds)
+                self.metrics.observe_retry(domain)
+                logs.outcome(
+                    pages_log,
+                    "retry",
+                    url=url,
+                    domain=domain,
+                    status=failure.status_code,
+                    seconds=seconds,
+                    attempt=attempts,
+                    error=failure.error,
+                    delay=round(delay.seconds, 1),
+                )
                 await message.ack()
                 return
         await self._store(outcome.record)
         if outcome.links:
-            await self._route(outcome.links, crawl.depth + 1, url)
+            routed = await self._route(outcome.links, crawl.depth + 1, url)
+            self.metrics.observe_links(domain, routed)
         if failure is not None and failure.transient:
             await self._set_aside(message, domain, failure, attempts)
             self.stats[domain].dead += 1
+            self.metrics.observe_dead(domain, "exhausted")
         if failure is None:
             self.stats[domain].ok += 1
         else:
             self.stats[domain].failed += 1
-        pages_log.info(
-            "%s %s %s depth=%d attempt=%d links=%d",
-            domain,
-            outcome.record.status_code or "-",
-            url,
-            crawl.depth,
-            attempts,
-            len(outcome.links),
+        self.metrics.observe_page(domain, outcome.record.status_code, ok=failure is None)
+        logs.outcome(
+            pages_log,
+            "ok" if failure is None else "dead" if failure.transient else "failed",
+            url=url,
+            domain=domain,
+            status=outcome.record.status_code,
+            seconds=seconds,
+            attempt=attempts,
+            depth=crawl.depth,
+            links=len(outcome.links),
+            error=failure.error if failure else None,
         )
         await message.ack()
 
@@ -239,10 +267,12 @@ class Consumer:
             with attempt:
                 await self.sink.store(record)
 
-    async def _route(self, links: Sequence[str], depth: int, parent: str) -> None:
+    async def _route(self, links: Sequence[str], depth: int, parent: str) -> Routed:
+        routed = Routed()
         async for attempt in _short_retries(PublishFailed):
             with attempt:
-                await self.router.route(links, depth=depth, claimant=fingerprint(parent))
+                routed = await self.router.route(links, depth=depth, claimant=fingerprint(parent))
+        return routed
 
     # -- the failure paths ------------------------------------------------------------------------
 
@@ -290,6 +320,7 @@ class Consumer:
         tier = rules.retry_delays[-1]
         try:
             await self._publish_retry(message, domain, _attempts(message), Delay(tier, tier), failure)
+            self.metrics.observe_retry(domain)
             await message.ack()
         except Exception as exc:
             log.warning("%s: cannot park the message (%r); the broker will deliver it again", domain, exc)

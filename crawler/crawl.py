@@ -17,6 +17,7 @@ from crawler.dedup import SeenStore
 from crawler.errors import BadURL, ConfigError
 from crawler.exchanges import declare, topology, work_queues
 from crawler.fetch import HttpFetcher
+from crawler.monitor import Monitoring, monitored
 from crawler.quota import PageQuota
 from crawler.router import Routed, Router
 from crawler.settings import Settings
@@ -117,11 +118,13 @@ async def consume(
     seeds: Sequence[str] = (),
     role: str = "crawler-consume",
     config_path: str | None = None,
+    monitoring: Monitoring | None = None,
 ) -> dict[str, DomainStats]:
     """Consume the chosen domains' queues (after routing `seeds`) until stopped or drained.
 
     With `config_path`, edits of that file (or SIGHUP) reconfigure the running consumer.
     """
+    monitoring = monitoring or Monitoring()
     chosen = check_domains(config, domains)
     canonical_seeds = check_seeds(config, seeds)
     await asyncio.to_thread(ensure_schema, settings.database_url)
@@ -131,8 +134,6 @@ async def consume(
         stack.callback(sink.close)
         fetcher = HttpFetcher(config)
         stack.push_async_callback(fetcher.aclose)
-        if canonical_seeds:
-            await _seed(f, settings, config, canonical_seeds, None)
         consumer = Consumer(
             config,
             settings.names,
@@ -146,7 +147,11 @@ async def consume(
             burst=burst,
             grace=grace,
             config_path=config_path,
+            metrics=monitoring.metrics,
         )
+        await stack.enter_async_context(monitored(monitoring, consumer, f.redis, role=role))
+        if canonical_seeds:
+            await _seed(f, settings, config, canonical_seeds, None)
         await consumer.run()
         return consumer.stats
 

@@ -25,6 +25,12 @@ ROBOTS_LOCK_TTL = 30  # one worker fetches a robots.txt for the fleet; others wa
 # A classic queue's priority levels cost memory per level; 0..9 is what domains.yaml allows.
 MAX_PRIORITY = 9
 
+# A worker's heartbeat key lives this long unless renewed; it is renewed every third of it, so a
+# worker must miss three beats in a row before it shows as gone.
+HEARTBEAT_TTL = 30.0
+# A worker that went silent stays listed (as gone) this long, so a person notices it.
+GONE_KEPT = 24 * 3600.0
+
 
 def delay_label(seconds: float) -> str:
     """A delay as a person writes it: 1s, 1.5s, 30s, 5m, 2h."""
@@ -94,3 +100,12 @@ class Names:
     def progress_patterns(self) -> tuple[str, ...]:
         """Key patterns of a crawl's progress, which a reset forgets (robots.txt stays cached)."""
         return (self.seen_key, f"{self.prefix}:pages:*", f"{self.prefix}:rate:*")
+
+    def worker_key(self, worker: str) -> str:
+        """Redis string of one live worker's heartbeat; it expires when the worker stops beating."""
+        return f"{self.prefix}:worker:{worker}"
+
+    @property
+    def workers_key(self) -> str:
+        """Redis hash of every worker's last heartbeat, kept after it expires to flag silent ones."""
+        return f"{self.prefix}:workers"

@@ -18,6 +18,7 @@ class Settings:
     database_url: str = "sqlite:///crawl.db"
     config_path: str = "config/domains.yaml"
     prefix: str = DEFAULT_PREFIX
+    management_url: str | None = None  # RabbitMQ management API; None: the AMQP host on port 15672
 
     @property
     def names(self) -> Names:
@@ -35,4 +36,5 @@ class Settings:
             database_url=env.get("CRAWLER_DATABASE_URL", base.database_url),
             config_path=env.get("CRAWLER_CONFIG", base.config_path),
             prefix=env.get("CRAWLER_PREFIX", base.prefix),
+            management_url=env.get("CRAWLER_MANAGEMENT_URL") or None,
         )

@@ -208,6 +208,16 @@ class Sink:
             raise SinkError(f"counting pages in {self._redacted} failed: {_first_line(exc)}") from exc
         return {domain: (ok, failed) for domain, ok, failed in rows}
 
+    def counts_since(self, since: datetime) -> dict[str, int]:
+        """Per domain, the number of pages fetched at or after `since` (timezone-aware)."""
+        stmt = select(Page.domain, func.count()).where(Page.fetched_at >= since.astimezone(UTC))
+        try:
+            with self._engine.connect() as conn:
+                rows = conn.execute(stmt.group_by(Page.domain)).all()
+        except DBAPIError as exc:
+            raise SinkError(f"counting pages in {self._redacted} failed: {_first_line(exc)}") from exc
+        return {domain: n for domain, n in rows}
+
     def close(self) -> None:
         """Close every pooled connection."""
         self._engine.dispose()

@@ -1,20 +1,26 @@
-"""How a crawl stands: queue depths from RabbitMQ and stored pages from the database."""
+"""How a crawl stands: queue depths from RabbitMQ, stored pages from the database, workers from Redis."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import httpx
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
 
 from crawler import services
 from crawler.config import CrawlConfig
+from crawler.heartbeat import workers
 from crawler.settings import Settings
 from crawler.sink import Sink, ensure_schema
 
 MANAGEMENT_PORT = 15672
+RATE_WINDOW = 60  # seconds of stored pages behind `pages_per_second`
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,18 +41,31 @@ class DomainStatus:
     queue: QueueDepth
     pages_ok: int
     pages_failed: int
+    pages_per_second: float  # pages stored over the last RATE_WINDOW seconds
 
 
-def management_url(amqp_url: str) -> tuple[str, str, tuple[str, str]]:
-    """Management API base, vhost and credentials for an AMQP URL (same host and user)."""
+def management_url(amqp_url: str, api_url: str | None = None) -> tuple[str, str, tuple[str, str]]:
+    """Management API base, vhost and credentials for an AMQP URL.
+
+    The API is `api_url` if given (its credentials, else the AMQP URL's), else the AMQP host on 15672.
+    """
     parts = urlsplit(amqp_url)
-    vhost = parts.path[1:] or "/"
-    auth = (parts.username or "guest", parts.password or "guest")
-    return f"http://{parts.hostname or 'localhost'}:{MANAGEMENT_PORT}", vhost, auth
+    vhost = unquote(parts.path[1:]) or "/"
+    auth = (unquote(parts.username or "guest"), unquote(parts.password or "guest"))
+    if not api_url:
+        return f"http://{parts.hostname or 'localhost'}:{MANAGEMENT_PORT}", vhost, auth
+    api = urlsplit(api_url)
+    if api.username is not None:
+        auth = (unquote(api.username), unquote(api.password or ""))
+    host = api.hostname or "localhost"
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{api.port}" if api.port else ""
+    return f"{api.scheme or 'http'}://{host}{port}{api.path.rstrip('/')}", vhost, auth
 
 
 async def _from_management(settings: Settings, queues: list[str]) -> dict[str, QueueDepth] | None:
-    base, vhost, auth = management_url(settings.amqp_url)
+    base, vhost, auth = management_url(settings.amqp_url, settings.management_url)
     try:
         async with httpx.AsyncClient(base_url=base, auth=auth, timeout=5, trust_env=False) as client:
             resp = await client.get(f"/api/queues/{quote(vhost, safe='')}")
@@ -84,63 +103,137 @@ async def _from_broker(settings: Settings, queues: list[str]) -> dict[str, Queue
     return out
 
 
-async def queue_depths(settings: Settings, queues: list[str]) -> dict[str, QueueDepth]:
-    """Depths of `queues` from the management API, or from passive declares without it."""
+async def queue_depths(settings: Settings, queues: list[str]) -> tuple[dict[str, QueueDepth], str]:
+    """Depths of `queues`, and where they came from: "management" API, or "passive" declares."""
     depths = await _from_management(settings, queues)
-    return depths if depths is not None else await _from_broker(settings, queues)
+    if depths is not None:
+        return depths, "management"
+    return await _from_broker(settings, queues), "passive"
+
+
+def _stored(database_url: str) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+    ensure_schema(database_url)
+    sink = Sink(database_url)
+    try:
+        since = datetime.now(UTC) - timedelta(seconds=RATE_WINDOW)
+        return sink.counts(), sink.counts_since(since)
+    finally:
+        sink.close()
+
+
+async def _workers(settings: Settings) -> list[dict[str, Any]]:
+    async with services.redis(settings.redis_url) as redis:
+        found = await workers(redis, settings.names)
+    return [{"state": w.state, "age": w.age, **asdict(w.worker)} for w in found]
 
 
 async def status(settings: Settings, config: CrawlConfig) -> dict[str, Any]:
-    """The crawl's status as plain data."""
+    """The crawl's status as plain data (what `crawler status --json` prints)."""
     names = settings.names
     extra = [names.unrouted, names.dead, *(names.retry_queue(d) for d in config.retry_tiers)]
     queues = [names.domain_queue(d) for d in sorted(config.domains)]
-    depths = await queue_depths(settings, queues + extra)
-    await asyncio.to_thread(ensure_schema, settings.database_url)
-    sink = Sink(settings.database_url)
-    try:
-        counts = await asyncio.to_thread(sink.counts)
-    finally:
-        sink.close()
+    (depths, source), (counts, recent), found = await asyncio.gather(
+        queue_depths(settings, queues + extra),
+        asyncio.to_thread(_stored, settings.database_url),
+        _workers(settings),
+    )
     missing = QueueDepth("", 0, None, 0)
-    domains = [
-        DomainStatus(
-            d,
-            depths.get(names.domain_queue(d), missing),
-            *counts.get(d, (0, 0)),
-        )
-        for d in sorted(config.domains)
-    ]
+    domains = []
+    for d in sorted(config.domains):
+        ok, failed = counts.get(d, (0, 0))
+        depth = depths.get(names.domain_queue(d), missing)
+        domains.append(DomainStatus(d, depth, ok, failed, round(recent.get(d, 0) / RATE_WINDOW, 2)))
     return {
+        "depths_from": source,
         "domains": [asdict(s) for s in domains],
         "queues": [asdict(depths[q]) for q in extra if q in depths],
+        "pages_per_second": round(sum(recent.values()) / RATE_WINDOW, 2),
+        "workers": found,
     }
 
 
-def render(data: dict[str, Any]) -> str:
-    """The status as a table for a person."""
-    rows = [("domain", "ready", "unacked", "consumers", "ok", "failed")]
+def _depth_cells(q: dict[str, Any]) -> list[str]:
+    unacked = "?" if q["unacked"] is None else str(q["unacked"])
+    return [str(q["ready"]), unacked, str(q["consumers"])]
+
+
+def _queue_rows(data: dict[str, Any]) -> list[list[str]]:
+    rows = [["queue", "ready", "unacked", "consumers", "ok", "failed", "pages/s"]]
     for d in data["domains"]:
-        q = d["queue"]
-        unacked = "?" if q["unacked"] is None else str(q["unacked"])
-        rows.append(
-            (
-                d["domain"],
-                str(q["ready"]),
-                unacked,
-                str(q["consumers"]),
-                str(d["pages_ok"]),
-                str(d["pages_failed"]),
-            )
-        )
+        ok, failed, rate = str(d["pages_ok"]), str(d["pages_failed"]), f"{d['pages_per_second']:.2f}"
+        rows.append([d["domain"], *_depth_cells(d["queue"]), ok, failed, rate])
     for q in data["queues"]:
-        unacked = "?" if q["unacked"] is None else str(q["unacked"])
-        rows.append((q["name"], str(q["ready"]), unacked, str(q["consumers"]), "", ""))
+        rows.append([q["name"], *_depth_cells(q), "", "", ""])
+    return rows
+
+
+def _worker_rows(data: dict[str, Any]) -> list[list[str]]:
+    rows = [["worker", "state", "last beat", "pages", "started", "domains"]]
+    for w in data["workers"]:
+        beat = "-" if w["age"] is None else f"{w['age']:.1f}s ago"
+        who = f"{w['host']} pid {w['pid']} ({w['role']})"
+        rows.append([who, w["state"], beat, str(w["pages"]), w["started"], ",".join(w["domains"])])
+    return rows
+
+
+_NUMBERS = {"ready", "unacked", "consumers", "ok", "failed", "pages/s", "last beat", "pages"}
+
+
+def _columns(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    right = [name in _NUMBERS for name in rows[0]]
     return "\n".join(
         "  ".join(
-            cell.ljust(w) if i == 0 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(r, widths, strict=True))
-        )
+            cell.rjust(w) if r_ else cell.ljust(w) for cell, w, r_ in zip(r, widths, right, strict=True)
+        ).rstrip()
         for r in rows
     )
+
+
+def _summary(data: dict[str, Any]) -> str:
+    states = [w["state"] for w in data["workers"]]
+    counts = ", ".join(f"{states.count(s)} {s}" for s in ("live", "late", "gone") if s in states)
+    unacked = "" if data["depths_from"] == "management" else " (unacked unknown: management API unreachable)"
+    return f"{data['pages_per_second']:.2f} pages/s; workers: {counts or 'none'}{unacked}"
+
+
+def render(data: dict[str, Any]) -> str:
+    """The status as plain tables for a person."""
+    parts = [_columns(_queue_rows(data)), "", _summary(data)]
+    if data["workers"]:
+        parts += ["", _columns(_worker_rows(data))]
+    return "\n".join(parts)
+
+
+def rich_tables(data: dict[str, Any]) -> Group:
+    """The status as rich tables, for `crawler status --watch`; late and gone workers stand out."""
+    queues = Table(title=_summary(data), title_justify="left")
+    head, *rows = _queue_rows(data)
+    for name in head:
+        queues.add_column(name, justify="right" if name in _NUMBERS else "left")
+    for row in rows:
+        queues.add_row(*row)
+    parts: list[Table] = [queues]
+    if data["workers"]:
+        table = Table(title="workers", title_justify="left")
+        head, *rows = _worker_rows(data)
+        for name in head:
+            table.add_column(name, justify="right" if name in _NUMBERS else "left")
+        style = {"live": None, "late": "yellow", "gone": "bold red"}
+        for row in rows:
+            table.add_row(*row, style=style[row[1]])
+        parts.append(table)
+    return Group(*parts)
+
+
+async def watch(settings: Settings, config: CrawlConfig, every: float, console: Console) -> None:
+    """Refresh the status every `every` seconds until interrupted: a live table on a terminal."""
+    if not console.is_terminal:
+        while True:
+            console.print(render(await status(settings, config)), highlight=False, markup=False)
+            console.print()
+            await asyncio.sleep(every)
+    with Live(console=console, auto_refresh=False) as live:
+        while True:
+            live.update(rich_tables(await status(settings, config)), refresh=True)
+            await asyncio.sleep(every)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -22,6 +23,15 @@ DISALLOWED = "disallowed by robots.txt"
 
 
 @dataclass(frozen=True, slots=True)
+class Fetched:
+    """How the page's fetch went: its duration, the body bytes read, and its error if any."""
+
+    seconds: float
+    nbytes: int = 0
+    error: FetchError | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """What a visit produced: the page's row, the links to route, and the failure if any."""
 
@@ -29,6 +39,7 @@ class Outcome:
     links: Sequence[str] = ()
     failure: Failure | None = None
     rate_wait: float = 0.0
+    fetched: Fetched | None = None  # None when robots.txt kept the page from being fetched
 
 
 def budget(rules: Rules, crawl_delay: float | None) -> Budget:
@@ -76,13 +87,20 @@ class Visitor:
                 return Outcome(replace(record, error=DISALLOWED), (), Failure("permanent", DISALLOWED))
             crawl_delay = verdict.crawl_delay
         waited += await self._limiter.acquire(domain, lambda: budget(self._rules_of(domain), crawl_delay))
+        started = time.monotonic()
         try:
             response = await self._fetcher.fetch(url, rules, self._scope)
         except FetchError as exc:
             failure = from_error(exc)
+            fetched = Fetched(time.monotonic() - started, 0, exc)
             return Outcome(
-                replace(record, error=failure.error, status_code=exc.status_code), (), failure, waited
+                replace(record, error=failure.error, status_code=exc.status_code),
+                (),
+                failure,
+                waited,
+                fetched,
             )
+        fetched = Fetched(time.monotonic() - started, len(response.body))
         if response.status_code in PUSHBACK:
             pause = parse_retry_after(response.headers.get("retry-after")) or 0.0
             allowance = budget(self._rules_of(domain), crawl_delay)
@@ -99,7 +117,7 @@ class Visitor:
             error=status_failure.error if status_failure else None,
         )
         if status_failure is not None or not response.is_html:
-            return Outcome(record, (), status_failure, waited)
+            return Outcome(record, (), status_failure, waited, fetched)
         page = extract(
             response.body,
             response.final_url,
@@ -107,4 +125,5 @@ class Visitor:
             fields=fields,
             max_links=rules.max_links,
         )
-        return Outcome(replace(record, title=page.title, data=page.data or None), page.links, None, waited)
+        page_record = replace(record, title=page.title, data=page.data or None)
+        return Outcome(page_record, page.links, None, waited, fetched)

@@ -1,0 +1,99 @@
+"""Log lines for people (text) and for log shippers (JSON, one object per line), passwords redacted.
+
+A page's outcome is one line with its fields (outcome, url, domain, status, duration, attempt, ...):
+in text they are part of the message, in JSON they are also keys of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from crawler.redact import redact
+
+FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+FIELDS = "fields"  # the LogRecord attribute carrying a line's structured fields
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time, level, logger, message and the record's fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of JSON."""
+        data: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": redact(record.getMessage()),
+        }
+        fields = getattr(record, FIELDS, None)
+        if isinstance(fields, dict):
+            for key, value in fields.items():
+                data.setdefault(str(key), redact(value) if isinstance(value, str) else value)
+        if record.exc_info:
+            data["exception"] = redact(self.formatException(record.exc_info))
+        return json.dumps(data, ensure_ascii=False, default=str)
+
+
+def formatter(fmt: str) -> logging.Formatter:
+    """The formatter of a --log-format: "text" or "json"."""
+    if fmt == "json":
+        return JsonFormatter()
+    if fmt == "text":
+        return logging.Formatter(TEXT_FORMAT)
+    raise ValueError(f"unknown log format {fmt!r} (choose from {', '.join(FORMATS)})")
+
+
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is at the time, so a live display that wraps it stays intact."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Write the record to the current sys.stderr."""
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def outcome(
+    logger: logging.Logger,
+    what: str,
+    *,
+    url: str,
+    domain: str,
+    status: int | None,
+    seconds: float,
+    attempt: int,
+    level: int = logging.INFO,
+    **more: Any,
+) -> None:
+    """Log one page's outcome ("ok", "failed", "retry", "dead", "invalid") as one line."""
+    if not logger.isEnabledFor(level):
+        return
+    fields: dict[str, Any] = {
+        "outcome": what,
+        "url": url,
+        "domain": domain,
+        "status": status,
+        "duration": round(seconds, 4),
+        "attempt": attempt,
+        **more,
+    }
+    tail = "".join(f" {k}={v}" for k, v in more.items() if v is not None)
+    logger.log(
+        level,
+        "%s %s %s %s %.3fs attempt=%d%s",
+        what,
+        domain,
+        status if status is not None else "-",
+        url,
+        seconds,
+        attempt,
+        tail,
+        extra={FIELDS: fields},
+    )

@@ -1,0 +1,338 @@
+"""A consumer's Prometheus metrics, in a registry of its own so several consumers never collide.
+
+Every name is listed in the README ("Metrics"); the Grafana dashboard and the alert rules in deploy/
+use only these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    start_http_server,
+)
+from prometheus_client.metrics import MetricWrapperBase
+
+from crawler.errors import (
+    ConfigError,
+    ConnectFailed,
+    FetchError,
+    FetchTimeout,
+    Refused,
+    TooLarge,
+    TooManyRedirects,
+)
+from crawler.router import Routed
+from crawler.visit import Outcome
+
+FETCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+_ERROR_KINDS: tuple[tuple[type[FetchError], str], ...] = (
+    (FetchTimeout, "timeout"),
+    (ConnectFailed, "connect"),
+    (TooLarge, "too_large"),
+    (TooManyRedirects, "redirects"),
+    (Refused, "refused"),
+)
+
+
+def status_class(status: int | None) -> str:
+    """An HTTP status as its class (2xx ... 5xx), or "none" when there was no response."""
+    return f"{status // 100}xx" if status is not None and 100 <= status <= 599 else "none"
+
+
+def error_kind(error: FetchError | None, status: int | None) -> str | None:
+    """What kind of error a fetch ended in (timeout, connect, http_503, ...), or None if none."""
+    if error is not None:
+        return next((kind for cls, kind in _ERROR_KINDS if isinstance(error, cls)), "fetch")
+    if status is not None and status >= 400:
+        return f"http_{status}"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """One domain's counts so far, as a progress display shows them."""
+
+    done: int = 0
+    failed: int = 0
+    errors: int = 0
+    retries: int = 0
+    dead: int = 0
+    inflight: int = 0
+    queued: int | None = None  # None until the queue was sampled
+
+
+class Metrics:
+    """The metrics of one consumer; `registry` is what its /metrics endpoint serves."""
+
+    def __init__(self, *, process: bool = True) -> None:
+        self.registry = CollectorRegistry()
+        if process:
+            ProcessCollector(registry=self.registry)
+        r = self.registry
+        self.pages = Counter(
+            "crawler_pages",
+            "Pages crawled to a final outcome (stored), by domain, HTTP status class and outcome",
+            ["domain", "status_class", "outcome"],
+            registry=r,
+        )
+        self.fetch_seconds = Histogram(
+            "crawler_fetch_duration_seconds",
+            "Duration of every fetch attempt, redirects included",
+            ["domain"],
+            buckets=FETCH_BUCKETS,
+            registry=r,
+        )
+        self.fetched_bytes = Counter(
+            "crawler_fetched_bytes", "Body bytes read from fetched pages", ["domain"], registry=r
+        )
+        self.errors = Counter(
+            "crawler_errors",
+            "Failed fetch attempts and internal failures, by kind (timeout, connect, http_503, ...)",
+            ["domain", "kind"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "crawler_retries", "Messages sent to a retry tier to be tried again later", ["domain"], registry=r
+        )
+        self.dead_letters = Counter(
+            "crawler_dead_letters",
+            "Messages set aside in the dead queue (retries exhausted, or invalid)",
+            ["domain", "reason"],
+            registry=r,
+        )
+        self.skipped = Counter(
+            "crawler_pages_skipped",
+            "Pages not fetched by policy (max_pages reached)",
+            ["domain", "reason"],
+            registry=r,
+        )
+        self.links_routed = Counter(
+            "crawler_links_routed", "Links published into the frontier", ["domain"], registry=r
+        )
+        self.links_dropped = Counter(
+            "crawler_links_dropped",
+            "Links not routed: out of scope, too deep or invalid",
+            ["domain", "reason"],
+            registry=r,
+        )
+        self.dedup_hits = Counter(
+            "crawler_dedup_hits", "Links already seen by the crawl (not routed again)", ["domain"], registry=r
+        )
+        self.dedup_misses = Counter(
+            "crawler_dedup_misses", "Links seen for the first time (routed)", ["domain"], registry=r
+        )
+        self.rate_wait = Histogram(
+            "crawler_rate_wait_seconds",
+            "Time spent waiting for a rate-limit token before a fetch",
+            ["domain"],
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.inflight = Gauge(
+            "crawler_inflight_messages",
+            "Messages being processed now (delivered, not acked)",
+            ["domain"],
+            registry=r,
+        )
+        self.credits = Counter(
+            "crawler_credits_used", "Credits spent on paid fetch backends", ["backend"], registry=r
+        )
+        self.queue_ready = Gauge(
+            "crawler_queue_messages_ready",
+            "Messages ready in a queue, as this worker last sampled it (take max across workers)",
+            ["queue", "kind", "domain"],
+            registry=r,
+        )
+        self.queue_consumers = Gauge(
+            "crawler_queue_consumers",
+            "Consumers of a queue, as this worker last sampled it (take max across workers)",
+            ["queue", "kind", "domain"],
+            registry=r,
+        )
+        self.heartbeat = Gauge(
+            "crawler_heartbeat_timestamp_seconds",
+            "Unix time of this worker's last heartbeat",
+            registry=r,
+        )
+        self.started = Gauge("crawler_worker_start_time_seconds", "Unix time this worker started", registry=r)
+        self.started.set_to_current_time()
+
+    # -- what the consumer reports ----------------------------------------------------------------
+
+    def observe_fetch(
+        self,
+        domain: str,
+        seconds: float,
+        status: int | None,
+        nbytes: int = 0,
+        error: FetchError | None = None,
+    ) -> None:
+        """One fetch attempt: its duration, bytes, and its error if it failed."""
+        self.fetch_seconds.labels(domain).observe(seconds)
+        if nbytes:
+            self.fetched_bytes.labels(domain).inc(nbytes)
+        kind = error_kind(error, status)
+        if kind is not None:
+            self.errors.labels(domain, kind).inc()
+
+    def observe_visit(self, domain: str, outcome: Outcome) -> None:
+        """A visit: its wait for a rate token and its fetch, if it got that far."""
+        fetched = outcome.fetched
+        if fetched is not None:
+            self.observe_rate_wait(domain, outcome.rate_wait)
+            self.observe_fetch(
+                domain, fetched.seconds, outcome.record.status_code, fetched.nbytes, fetched.error
+            )
+        elif outcome.failure is not None and outcome.failure.transient:
+            self.observe_error(domain, "robots")  # robots.txt could not be had: try again later
+
+    def observe_skipped(self, domain: str, reason: str) -> None:
+        """A page was not fetched by policy (e.g. "max_pages")."""
+        self.skipped.labels(domain, reason).inc()
+
+    def observe_page(self, domain: str, status: int | None, ok: bool) -> None:
+        """A page reached its final outcome and was stored."""
+        self.pages.labels(domain, status_class(status), "ok" if ok else "failed").inc()
+
+    def observe_error(self, domain: str, kind: str) -> None:
+        """A failure that is not a fetch's (e.g. "internal": the broker or database failed)."""
+        self.errors.labels(domain, kind).inc()
+
+    def observe_retry(self, domain: str) -> None:
+        """A message went to a retry tier."""
+        self.retries.labels(domain).inc()
+
+    def observe_dead(self, domain: str, reason: str) -> None:
+        """A message was set aside in the dead queue ("exhausted" or "invalid")."""
+        self.dead_letters.labels(domain, reason).inc()
+
+    def observe_links(self, domain: str, routed: Routed) -> None:
+        """What became of a page's links: routed, already seen, or dropped."""
+        self.links_routed.labels(domain).inc(len(routed.published))
+        self.dedup_misses.labels(domain).inc(len(routed.published))
+        self.dedup_hits.labels(domain).inc(routed.seen)
+        for reason, n in (
+            ("out_of_scope", routed.out_of_scope),
+            ("too_deep", routed.too_deep),
+            ("invalid", routed.invalid),
+        ):
+            if n:
+                self.links_dropped.labels(domain, reason).inc(n)
+
+    def observe_rate_wait(self, domain: str, seconds: float) -> None:
+        """Time a fetch to `domain` waited for a rate-limit token (called by the rate limiter)."""
+        self.rate_wait.labels(domain).observe(seconds)
+
+    def add_credits(self, backend: str, n: float) -> None:
+        """Credits a paid fetch backend spent (called by the backend)."""
+        self.credits.labels(backend).inc(n)
+
+    def message_started(self, domain: str) -> None:
+        """A delivery is being processed."""
+        self.inflight.labels(domain).inc()
+
+    def message_done(self, domain: str) -> None:
+        """A delivery was acked, retried, set aside or returned."""
+        self.inflight.labels(domain).dec()
+
+    def observe_queue(self, queue: str, kind: str, domain: str, ready: int, consumers: int) -> None:
+        """A sampled queue depth; `kind` is domain, retry, dead or unrouted."""
+        self.queue_ready.labels(queue, kind, domain).set(ready)
+        self.queue_consumers.labels(queue, kind, domain).set(consumers)
+
+    def beat(self, when: float) -> None:
+        """The worker's heartbeat at Unix time `when`."""
+        self.heartbeat.set(when)
+
+    # -- reading back -----------------------------------------------------------------------------
+
+    def totals(self, domain: str) -> Totals:
+        """The domain's counts so far."""
+        queued = [
+            s.value
+            for s in _samples(self.queue_ready)
+            if s.labels["domain"] == domain and s.labels["kind"] == "domain"
+        ]
+        return Totals(
+            done=int(_sum(self.pages, domain=domain)),
+            failed=int(_sum(self.pages, domain=domain, outcome="failed")),
+            errors=int(_sum(self.errors, domain=domain)),
+            retries=int(_sum(self.retries, domain=domain)),
+            dead=int(_sum(self.dead_letters, domain=domain)),
+            inflight=int(_sum(self.inflight, domain=domain)),
+            queued=int(queued[0]) if queued else None,
+        )
+
+    def pages_done(self) -> int:
+        """Pages this worker brought to a final outcome, every domain together."""
+        return int(_sum(self.pages))
+
+    def exported_names(self) -> set[str]:
+        """Every sample name the /metrics endpoint can show (with _total, _bucket, ... suffixes)."""
+        names: set[str] = set()
+        for family in self.registry.collect():
+            suffixes = {
+                "counter": ("_total", "_created"),
+                "histogram": ("_bucket", "_count", "_sum", "_created"),
+                "summary": ("_count", "_sum", "_created"),
+            }.get(family.type, ("",))
+            names.update(family.name + s for s in suffixes)
+        return names
+
+    # -- serving ----------------------------------------------------------------------------------
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> MetricsServer:
+        """Serve /metrics on `addr`:`port` from a thread (so a busy event loop still answers)."""
+        try:
+            server, thread = start_http_server(port, addr, registry=self.registry)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot serve metrics on {addr}:{port} ({exc.strerror or exc}); "
+                "choose another --metrics-port"
+            ) from None
+        return MetricsServer(server, thread)
+
+
+class MetricsServer:
+    """A running /metrics endpoint."""
+
+    def __init__(self, server: Any, thread: Any) -> None:
+        self._server = server
+        self._thread = thread
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (useful when started on port 0)."""
+        port: int = self._server.server_port
+        return port
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def _samples(metric: MetricWrapperBase) -> Iterable[Any]:
+    for family in metric.collect():
+        yield from family.samples
+
+
+def _sum(metric: MetricWrapperBase, **labels: str) -> float:
+    total = 0.0
+    for s in _samples(metric):
+        if s.name.endswith("_created"):
+            continue
+        if all(s.labels.get(k) == v for k, v in labels.items()):
+            total += s.value
+    return total

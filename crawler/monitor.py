@@ -1,0 +1,57 @@
+"""What watches a consumer while it runs: its /metrics endpoint, its heartbeat, its queue sampler."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+
+from redis.asyncio import Redis
+
+from crawler.background import background
+from crawler.consumer import Consumer
+from crawler.heartbeat import Heartbeat
+from crawler.metrics import Metrics
+from crawler.names import HEARTBEAT_TTL
+from crawler.sampler import SAMPLE_EVERY, QueueSampler
+
+
+@dataclass(slots=True)
+class Monitoring:
+    """How a consumer is watched; by default it serves no endpoint but still beats and samples."""
+
+    metrics: Metrics = field(default_factory=Metrics)
+    port: int | None = None  # serve /metrics here if set
+    addr: str = "0.0.0.0"
+    heartbeat_ttl: float = HEARTBEAT_TTL
+    sample_every: float = SAMPLE_EVERY
+
+
+@asynccontextmanager
+async def monitored(
+    monitoring: Monitoring, consumer: Consumer, redis: Redis, *, role: str
+) -> AsyncIterator[Heartbeat]:
+    """Serve metrics, beat and sample queues for the length of the block."""
+    async with AsyncExitStack() as stack:
+        if monitoring.port is not None:
+            server = monitoring.metrics.serve(monitoring.port, monitoring.addr)
+            stack.push_async_callback(asyncio.to_thread, server.close)
+        heartbeat = Heartbeat(
+            redis,
+            consumer.names,
+            lambda: consumer.domains,
+            monitoring.metrics,
+            role=role,
+            ttl=monitoring.heartbeat_ttl,
+        )
+        sampler = QueueSampler(
+            consumer.connection,
+            consumer.names,
+            lambda: consumer.config,
+            lambda: consumer.domains,
+            monitoring.metrics,
+            monitoring.sample_every,
+        )
+        await stack.enter_async_context(background(heartbeat.run(), sampler.run()))
+        yield heartbeat
