@@ -36,6 +36,7 @@ from crawler.errors import BadURL, ConfigError, InvalidMessage, SinkError
 from crawler.exchanges import declare, domain_queue, topology, work_queues
 from crawler.extract import Fields, compile_fields
 from crawler.fetch import Fetcher
+from crawler.groupcommit import GroupCommit
 from crawler.message import CrawlMessage, persistent
 from crawler.metrics import Metrics
 from crawler.names import Names, delay_label
@@ -100,6 +101,7 @@ class Consumer:
         self.names = names
         self.connection = connection
         self.sink = sink
+        self._writes = GroupCommit(sink)
         self.seen = SeenStore(redis, names.seen_key)
         self.quota = PageQuota(redis, names)
         self.visitor = Visitor(
@@ -265,7 +267,7 @@ class Consumer:
     async def _store(self, record: PageRecord) -> None:
         async for attempt in _short_retries(SinkError):
             with attempt:
-                await self.sink.store(record)
+                await self._writes.store(record)
 
     async def _route(self, links: Sequence[str], depth: int, parent: str) -> Routed:
         routed = Routed()

@@ -17,7 +17,7 @@ from crawler.message import CrawlMessage, persistent
 from crawler.names import MAX_PRIORITY
 from crawler.quota import PageQuota
 from crawler.traps import trap
-from crawler.urls import canonicalise, fingerprint, host_of
+from crawler.urls import canonical_link, canonicalise, fingerprint, host_of
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,10 @@ class Router:
         candidates: dict[bytes, _Candidate] = {}
         for raw in urls:
             try:
-                url = canonicalise(raw, base, self.config.dropped_params)
+                if base is None:
+                    url = canonical_link(raw, self.config.dropped_params)
+                else:
+                    url = canonicalise(raw, base, self.config.dropped_params)
             except BadURL:
                 result.invalid += 1
                 continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection
+from functools import lru_cache
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url
@@ -82,3 +83,10 @@ def host_of(url: str) -> str:
 def fingerprint(url: str) -> bytes:
     """8-byte digest of a canonical URL: the dedup key (collisions negligible below 10^8 URLs)."""
     return hashlib.blake2b(url.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+
+@lru_cache(maxsize=65_536)
+def canonical_link(url: str, tracking: tuple[str, ...] = ()) -> str:
+    """canonicalise() of an absolute link, remembered: a site's pages link to the same URLs again and
+    again (navigation, footers), and canonicalising is the router's main cost per page."""
+    return canonicalise(url, tracking=tracking)

@@ -79,3 +79,18 @@ def test_canonical_urls_are_idempotent(scheme: str, host: str, rest: str) -> Non
     except BadURL:
         return
     assert canonicalise(once) == once
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=120))
+def test_the_remembered_canonical_link_is_the_canonical_form(text: str) -> None:
+    from crawler.urls import canonical_link
+
+    try:
+        expected = canonicalise(text, tracking=("ref",))
+    except BadURL:
+        with pytest.raises(BadURL):
+            canonical_link(text, ("ref",))
+        return
+    assert canonical_link(text, ("ref",)) == expected
+    assert canonical_link(text, ("ref",)) == expected  # and again, from memory

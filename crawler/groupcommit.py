@@ -1,0 +1,74 @@
+"""Group commit: concurrent page writes share one transaction; each returns once its row is stored."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from crawler.sink import PageRecord, Sink
+
+MAX_BATCH = 256
+
+
+@dataclass(slots=True)
+class _Waiting:
+    record: PageRecord
+    done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class GroupCommit:
+    """Writes to a sink in batches: what arrives while a batch commits goes in the next one.
+
+    A writer still waits for its own row's commit, so a message is acked only after its page is stored.
+    """
+
+    def __init__(self, sink: Sink, max_batch: int = MAX_BATCH) -> None:
+        self._sink = sink
+        self._max_batch = max_batch
+        self._queue: list[_Waiting] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def store(self, record: PageRecord) -> None:
+        """Store one page; raise the sink's error if its batch (and its own retry) failed."""
+        waiting = _Waiting(record)
+        self._queue.append(waiting)
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush())
+        await asyncio.shield(waiting.done)
+
+    async def _flush(self) -> None:
+        try:
+            while self._queue:
+                await asyncio.sleep(0)  # let writers woken in the same loop turn join this batch
+                batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+                await self._commit(batch)
+        finally:
+            self._flusher = None
+
+    async def _commit(self, batch: list[_Waiting]) -> None:
+        try:
+            await self._sink.store_many([w.record for w in batch])
+        except Exception as exc:
+            if len(batch) == 1:
+                _settle(batch[0], exc)
+                return
+            # One bad row must not fail its neighbours: store them one by one to find it.
+            for waiting in batch:
+                try:
+                    await self._sink.store_many([waiting.record])
+                except Exception as single:
+                    _settle(waiting, single)
+                else:
+                    _settle(waiting, None)
+        else:
+            for waiting in batch:
+                _settle(waiting, None)
+
+
+def _settle(waiting: _Waiting, exc: BaseException | None) -> None:
+    if waiting.done.done():
+        return
+    if exc is None:
+        waiting.done.set_result(None)
+    else:
+        waiting.done.set_exception(exc)
