@@ -1,7 +1,8 @@
 """The command line: `crawler seed|crawl|status|reset|db upgrade` and `crawler-consume`.
 
-Exit codes: 0 done, 2 bad input or a service out of reach (one line on stderr saying which),
-3 stopped at once by a second signal, 130 interrupted before work began.
+Exit codes: 0 done, 1 an unexpected error (a traceback, passwords hidden), 2 bad input or a
+service out of reach (one line on stderr saying which), 3 stopped at once by a second signal,
+130 interrupted before work began.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import logging
 import sys
 import time
+import traceback
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -19,29 +21,24 @@ from crawler import crawl
 from crawler.config import CrawlConfig, load_config
 from crawler.consumer import DomainStats
 from crawler.errors import CrawlerError
-from crawler.redact import redact
+from crawler.redact import RedactingFormatter, redact
 from crawler.settings import Settings
 from crawler.sink import migrate
 from crawler.status import render, status
 
 EXIT_OK = 0
+EXIT_BUG = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 log = logging.getLogger("crawler")
 
 
-class _Redacting(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = redact(record.getMessage())
-        record.args = None
-        return True
-
-
 def _setup_logging(verbose: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_Redacting())
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # Redacting the formatted line covers arguments and tracebacks, whoever logs them.
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.captureWarnings(True)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO if verbose else logging.WARNING)
@@ -93,6 +90,10 @@ def _run(coro: Callable[[], Coroutine[Any, Any, int]]) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except Exception:
+        # A bug: its traceback is worth having, but not with a service password in it.
+        print(redact(traceback.format_exc()), file=sys.stderr, end="")
+        return EXIT_BUG
 
 
 def main(argv: Sequence[str] | None = None) -> int:

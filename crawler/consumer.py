@@ -205,7 +205,8 @@ class Consumer:
             response = await self.fetcher.fetch(url, rules, self._check_scope)
         except FetchError as exc:
             failure = from_error(exc)
-            return _Outcome(replace(record, error=failure.error, status_code=exc.status_code), (), failure)
+            failed = replace(record, error=failure.error, status_code=exc.status_code, final_url=exc.url)
+            return _Outcome(failed, (), failure)
         status_failure = from_status(response.status_code, response.headers.get("retry-after"))
         record = replace(
             record,
