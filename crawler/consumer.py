@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -34,7 +35,7 @@ from crawler.extract import charset_from_content_type, compile_fields, extract
 from crawler.fetch import Fetcher, Response
 from crawler.message import CrawlMessage, persistent
 from crawler.names import Names, delay_label
-from crawler.retry import Delay, Failure, from_error, from_status, next_delay
+from crawler.retry import JITTER, Delay, Failure, from_error, from_status, next_delay
 from crawler.router import PublishFailed, Router
 from crawler.sink import PageRecord, Sink
 from crawler.urls import canonicalise, fingerprint, host_of
@@ -42,6 +43,10 @@ from crawler.urls import canonicalise, fingerprint, host_of
 log = logging.getLogger(__name__)
 
 DRAIN_POLL = 0.25  # seconds between checks for an empty frontier in burst mode
+# RabbitMQ 3.10 can go on counting, in a delay queue's declare-ok, a message that has already
+# expired back into the frontier (its management API and basic.get see none). A delay queue
+# still counting messages this long past its delay with nothing delivered since holds none.
+STALE_DELAY_MARGIN = 2.0
 EXIT_ABORTED = 3  # a second signal: exit at once, unacked messages go back to their queues
 
 
@@ -104,6 +109,7 @@ class Consumer:
         self._fields = {d: compile_fields(config.rules_for(d).extract) for d in self.domains}
         self._subs: list[_Subscription] = []
         self._inflight = 0
+        self._last_activity = time.monotonic()
         self._idle = asyncio.Event()
         self._idle.set()
         self._stop = asyncio.Event()
@@ -136,6 +142,7 @@ class Consumer:
 
     async def _on_message(self, domain: str, message: AbstractIncomingMessage) -> None:
         self._inflight += 1
+        self._last_activity = time.monotonic()
         self._idle.clear()
         try:
             await self._process(domain, message)
@@ -145,6 +152,7 @@ class Consumer:
             await self._retry_or_return(message, domain, Failure("transient", f"{exc}"))
         finally:
             self._inflight -= 1
+            self._last_activity = time.monotonic()
             if self._inflight == 0:
                 self._idle.set()
 
@@ -327,9 +335,15 @@ class Consumer:
 
     async def _pending(self, probe: AbstractChannel) -> int:
         total = 0
+        quiet = time.monotonic() - self._last_activity
+        delays = {self.names.retry_queue(d): d for d in self.config.retry_tiers}
         for name in work_queues(self.config, self.names, self.domains):
             declared = await probe.declare_queue(name, passive=True)
-            total += declared.declaration_result.message_count or 0
+            count = declared.declaration_result.message_count or 0
+            if count and name in delays and quiet > delays[name] * JITTER + STALE_DELAY_MARGIN:
+                log.debug("%s: counts %d messages past their delay; taken as none", name, count)
+                continue
+            total += count
         return total
 
     async def _until_drained(self) -> None:
