@@ -30,7 +30,7 @@ from crawler.names import HEADER_REASON, Names
 from crawler.sink import engine_url
 from demo.site import Reply, Route, Site, free_port, page, serve
 from tests.hostile import brotli_bomb, double_gzip_bomb, gzip_bomb, trickle
-from tests.services import crawler_command, env_for, settings_for
+from tests.services import crawler_command, env_for, run, settings_for
 
 SITE_IP = "127.0.0.21"
 BAIT_IP = "127.0.0.1"
@@ -238,3 +238,16 @@ async def test_a_hostile_site_is_crawled_to_clean_outcomes(
             await message.ack()
     assert [json.loads(m.body)["url"] for m in aside] == [site.url("/trickle")]
     assert aside[0].headers[HEADER_REASON] == "transient"
+
+
+@pytest.mark.parametrize(
+    "seed",
+    ["file:///etc/passwd", "ftp://hostile.test/", "data:text/html,<a href=x>", "gopher://hostile.test/"],
+)
+def test_seeds_of_other_schemes_are_refused(tmp_path: Path, seed: str) -> None:
+    config = write_config(tmp_path / "d.yaml", 80)
+    settings = settings_for("amqp://guest:guest@localhost:1/", "x", "sqlite://", config)
+    result = run("crawler", ["seed", seed], settings, timeout=60)
+    assert result.returncode == 2
+    assert "only http and https URLs can be crawled" in result.stderr
+    assert "Traceback" not in result.stderr
