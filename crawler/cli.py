@@ -1,7 +1,8 @@
 """The command line: `crawler seed|crawl|status|reset|db upgrade` and `crawler-consume`.
 
-Exit codes: 0 done, 2 bad input or a service out of reach (one line on stderr saying which),
-3 stopped at once by a second signal, 130 interrupted before work began.
+Exit codes: 0 done, 1 an unexpected error (a traceback, passwords hidden), 2 bad input or a
+service out of reach (one line on stderr saying which), 3 stopped at once by a second signal,
+130 interrupted before work began.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import logging
 import sys
 import time
+import traceback
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, replace
 from typing import Any
@@ -33,6 +35,7 @@ from crawler.sink import migrate
 from crawler.status import render, status, watch
 
 EXIT_OK = 0
+EXIT_BUG = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -54,6 +57,7 @@ def _setup_logging(verbose: bool, fmt: str = "text") -> None:
     handler = logs.StderrHandler()
     handler.addFilter(_Redacting())
     handler.setFormatter(logs.formatter(fmt))
+    logging.captureWarnings(True)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO if verbose else logging.WARNING)
@@ -184,6 +188,10 @@ def _run(coro: Callable[[], Coroutine[Any, Any, int]]) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except Exception:
+        # A bug: its traceback is worth having, but not with a service password in it.
+        print(redact(traceback.format_exc()), file=sys.stderr, end="")
+        return EXIT_BUG
 
 
 def main(argv: Sequence[str] | None = None) -> int:

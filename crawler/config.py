@@ -124,6 +124,7 @@ class CrawlConfig(_Strict):
     defaults: Rules = Field(default_factory=Rules)
     resolve: dict[str, str] = Field(default_factory=dict)
     allow_private_networks: bool = False
+    allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     follow_other_domains: bool = False
     tracking_params: tuple[str, ...] = ()
     session_params: tuple[str, ...] = (
@@ -151,6 +152,29 @@ class CrawlConfig(_Strict):
                 raise ValueError(f"{host!r}: {ip!r} is not an IP address") from None
             out[_valid_domain(host)] = ip
         return out
+
+    @field_validator("allow_networks", mode="before")
+    @classmethod
+    def _networks(cls, value: Any) -> Any:
+        if not isinstance(value, list | tuple):
+            return value
+        out = []
+        for item in value:
+            try:
+                out.append(ipaddress.ip_network(str(item)))
+            except ValueError as exc:
+                raise ValueError(
+                    f"{item!r} is not a network ({exc}); write e.g. 10.1.0.0/16, 127.0.0.21 or fd00::/8"
+                ) from None
+        return tuple(out)
+
+    @field_validator("user_agent")
+    @classmethod
+    def _header_value(cls, value: str) -> str:
+        # It becomes a request header: a control character would split or corrupt the request.
+        if any(ord(c) < 32 or ord(c) == 127 for c in value) or not value.isascii():
+            raise ValueError("must be printable ASCII on one line")
+        return value
 
     @field_validator("domains", mode="before")
     @classmethod

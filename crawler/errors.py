@@ -24,13 +24,17 @@ class InvalidMessage(CrawlerError):
 
 
 class FetchError(CrawlerError):
-    """A fetch failed; `transient` says whether trying again later may succeed."""
+    """A fetch failed; `transient` says whether trying again later may succeed.
+
+    `url` is the hop at which it failed (a redirect target, or the URL itself), once known.
+    """
 
     transient: bool = True
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    def __init__(self, message: str, *, status_code: int | None = None, url: str | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.url = url
 
 
 class FetchTimeout(FetchError):
@@ -49,6 +53,12 @@ class TooLarge(FetchError):
 
 class TooManyRedirects(FetchError):
     """The redirect chain was too long or looped."""
+
+    transient = False
+
+
+class BadResponse(FetchError):
+    """The response cannot be used: an unsupported or corrupt Content-Encoding."""
 
     transient = False
 

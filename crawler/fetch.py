@@ -11,8 +11,10 @@ import httpcore
 import httpx
 
 from crawler.config import CrawlConfig, Rules
-from crawler.connect import GuardedBackend
+from crawler.connect import AddressPolicy, GuardedBackend
+from crawler.decoding import ACCEPT_ENCODING, decode_errors, decoder_for
 from crawler.errors import (
+    BadResponse,
     BadURL,
     ConnectFailed,
     FetchError,
@@ -86,11 +88,17 @@ class HttpFetcher:
     """Fetches directly with one pooled httpx client per process."""
 
     def __init__(self, config: CrawlConfig, *, max_connections: int = 100) -> None:
-        backend = GuardedBackend(config.resolve, config.allow_private_networks)
+        policy = AddressPolicy(config.allow_private_networks, config.allow_networks)
+        backend = GuardedBackend(config.resolve, policy)
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=32)
         self._client = httpx.AsyncClient(
             transport=_GuardedTransport(backend, limits),
-            headers={"User-Agent": config.user_agent, "Accept": "text/html,*/*;q=0.5"},
+            headers={
+                "User-Agent": config.user_agent,
+                "Accept": "text/html,*/*;q=0.5",
+                # Only what crawler.decoding undoes with bounded memory.
+                "Accept-Encoding": ACCEPT_ENCODING,
+            },
             follow_redirects=False,
             timeout=None,  # the whole-fetch deadline below bounds every phase together
             trust_env=False,
@@ -98,24 +106,29 @@ class HttpFetcher:
 
     async def fetch(self, url: str, rules: Rules, scope: Scope, *, html_only: bool = True) -> Response:
         """Fetch `url` within the domain's deadline, body limit and redirect limit."""
+        hops = [url]
         try:
             async with asyncio.timeout(rules.timeout):
-                return await self._follow(url, rules, scope, html_only)
+                return await self._follow(hops, rules, scope, html_only)
         except TimeoutError:
-            raise FetchTimeout(f"no complete response within {rules.timeout:g}s") from None
+            raise FetchTimeout(f"no complete response within {rules.timeout:g}s", url=hops[-1]) from None
+        except FetchError as exc:
+            exc.url = exc.url or hops[-1]
+            raise
 
-    async def _follow(self, url: str, rules: Rules, scope: Scope, html_only: bool) -> Response:
-        hops = [url]
-        current = url
+    async def _follow(self, hops: list[str], rules: Rules, scope: Scope, html_only: bool) -> Response:
+        # `hops` grows as redirects are followed: the caller reads where a failure happened.
         while True:
+            current = hops[-1]
             status, headers, body = await self._get(current, rules, html_only)
             location = headers.get("location")
             if status not in REDIRECTS or not location:
-                return Response(url, current, status, headers, body)
+                return Response(hops[0], current, status, headers, body)
             try:
                 target = str(httpx.URL(current).join(location.strip()))
             except (httpx.InvalidURL, ValueError) as exc:
-                raise Refused(f"bad redirect Location {location!r}: {exc}") from None
+                bad = f"bad redirect Location {location[:200]!r}: {exc}"
+                raise Refused(bad, status_code=status) from None
             if target in hops:
                 raise TooManyRedirects(f"redirect loop back to {target}", status_code=status)
             if len(hops) > rules.max_redirects:
@@ -123,9 +136,8 @@ class HttpFetcher:
             try:
                 scope(target)
             except BadURL as exc:
-                raise Refused(f"redirect out of scope: {exc}", status_code=status) from None
+                raise Refused(f"redirect refused: {exc}", status_code=status) from None
             hops.append(target)
-            current = target
 
     async def _get(self, url: str, rules: Rules, html_only: bool) -> tuple[int, httpx.Headers, bytes]:
         try:
@@ -139,26 +151,56 @@ class HttpFetcher:
                         f"Content-Length {declared} exceeds max_body_bytes {rules.max_body_bytes}",
                         status_code=resp.status_code,
                     )
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in resp.aiter_bytes():
-                    size += len(chunk)
-                    if size > rules.max_body_bytes:
-                        raise TooLarge(
-                            f"body exceeds max_body_bytes {rules.max_body_bytes}",
-                            status_code=resp.status_code,
-                        )
-                    chunks.append(chunk)
-                return resp.status_code, resp.headers, b"".join(chunks)
+                return resp.status_code, resp.headers, await _read_body(resp, rules.max_body_bytes)
         except FetchError:
             raise
         except httpx.TimeoutException as exc:
             raise FetchTimeout(f"timed out: {exc!r}") from None
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
             raise Refused(f"cannot fetch {url}: {exc}") from None
-        except (httpx.TransportError, httpx.DecodingError) as exc:
+        except httpx.TransportError as exc:
             raise ConnectFailed(f"{type(exc).__name__}: {exc}") from None
 
     async def aclose(self) -> None:
         """Close the client and its connections."""
         await self._client.aclose()
+
+
+async def _read_body(resp: httpx.Response, limit: int) -> bytes:
+    """The decoded body, cut with TooLarge once it (or what is received) passes `limit` bytes.
+
+    Decoding goes a bounded piece at a time, so a compression bomb is cut without ever being held.
+    """
+    coding = resp.headers.get("content-encoding") or "none"
+    pieces: list[bytes] = []
+    received = size = 0
+
+    def keep(piece: bytes) -> None:
+        nonlocal size
+        size += len(piece)
+        if size > limit:
+            raise TooLarge(
+                f"body exceeds max_body_bytes {limit} once decoded (Content-Encoding: {coding[:40]})",
+                status_code=resp.status_code,
+            )
+        pieces.append(piece)
+
+    try:
+        decoder = decoder_for(resp.headers.get_list("content-encoding"))
+        async for raw in resp.aiter_raw():
+            received += len(raw)
+            if received > limit:
+                raise TooLarge(f"body exceeds max_body_bytes {limit}", status_code=resp.status_code)
+            for piece in decoder.feed(raw):
+                keep(piece)
+        for piece in decoder.flush():
+            keep(piece)
+    except decode_errors() as exc:
+        raise BadResponse(
+            f"body does not decode as its Content-Encoding {coding[:40]!r} says ({exc})",
+            status_code=resp.status_code,
+        ) from None
+    except BadResponse as exc:
+        exc.status_code = resp.status_code
+        raise
+    return b"".join(pieces)

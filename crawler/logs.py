@@ -12,7 +12,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from crawler.redact import redact
+from crawler.redact import RedactingFormatter, redact
 
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -41,11 +41,20 @@ class JsonFormatter(logging.Formatter):
 
 def formatter(fmt: str) -> logging.Formatter:
     """The formatter of a --log-format: "text" or "json"."""
+    # Redacting the formatted line covers arguments and tracebacks, whoever logs them.
     if fmt == "json":
-        return JsonFormatter()
+        return RedactingJsonFormatter()
     if fmt == "text":
-        return logging.Formatter(TEXT_FORMAT)
+        return RedactingFormatter(TEXT_FORMAT)
     raise ValueError(f"unknown log format {fmt!r} (choose from {', '.join(FORMATS)})")
+
+
+class RedactingJsonFormatter(JsonFormatter):
+    """JSON lines with every password hidden, tracebacks included."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as one redacted JSON object."""
+        return redact(super().format(record))
 
 
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -11,8 +11,13 @@ from aio_pika import DeliveryMode, Message
 
 from crawler.errors import InvalidMessage
 
+# The body's "v". A field added later is optional and ignored by older workers (no new version);
+# a change they could not read bumps it, and workers read every version they know. A message of a
+# version this worker does not know is set aside (reason "invalid"), not lost.
 VERSION = 1
+READABLE_VERSIONS = frozenset({1})
 MAX_MESSAGE_BYTES = 64 * 1024
+MAX_DEPTH = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,13 +47,16 @@ class CrawlMessage:
         if not isinstance(data, dict):
             raise InvalidMessage("body is not a JSON object")
         version = data.get("v")
-        if version != VERSION:
-            raise InvalidMessage(f"unknown message version {version!r} (this worker reads {VERSION})")
+        if isinstance(version, bool) or not isinstance(version, int) or version not in READABLE_VERSIONS:
+            readable = ", ".join(map(str, sorted(READABLE_VERSIONS)))
+            raise InvalidMessage(
+                f"unknown message version {str(version)[:20]!r} (this worker reads {readable})"
+            )
         url, depth, parent = data.get("url"), data.get("depth", 0), data.get("parent")
         if not isinstance(url, str) or not url:
             raise InvalidMessage("'url' missing or not a string")
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-            raise InvalidMessage("'depth' is not a non-negative integer")
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
+            raise InvalidMessage(f"'depth' is not an integer from 0 to {MAX_DEPTH}")
         if parent is not None and not isinstance(parent, str):
             raise InvalidMessage("'parent' is not a string")
         return cls(url=url, depth=depth, parent=parent)

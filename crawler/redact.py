@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
-# scheme://user:password@host -> scheme://user:***@host, wherever it appears in a text.
-_USERINFO = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.\-]*://[^:/@\s]*:)(?P<secret>[^@\s/]*)@")
+# scheme://user:password@host -> scheme://user:***@host, wherever it appears in a text. The password
+# runs to the last "@" before the path, so an unescaped "@" inside it is hidden too.
+_USERINFO = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.\-]*://[^:/@\s]*:)(?P<secret>[^\s/]*)@")
+# password=... as a URL query parameter (libpq, redis-py) or in a libpq key=value string.
+_PARAM = re.compile(r"(?P<head>\b(?:password|passwd|pwd)\s*=\s*)(?P<secret>'[^']*'|[^\s&;,'\"]+)", re.I)
 
 
 def redact(text: str) -> str:
-    """`text` with the password of every URL in it replaced by ***."""
-    return _USERINFO.sub(lambda m: f"{m['head']}***@", text)
+    """`text` with the password of every URL (or password= setting) in it replaced by ***."""
+    text = _USERINFO.sub(lambda m: f"{m['head']}***@", text)
+    return _PARAM.sub(lambda m: f"{m['head']}***", text)
+
+
+class RedactingFormatter(logging.Formatter):
+    """A log formatter whose every line (message, arguments, traceback) is redacted."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The formatted record, passwords hidden."""
+        return redact(super().format(record))

@@ -36,6 +36,7 @@ from crawler.errors import ConfigError, ServiceUnavailable, SinkError
 # Alembic keeps its running context in module globals, so one process migrates one at a time;
 # other processes are kept apart by the database lock taken in migrations/env.py.
 _MIGRATING = threading.Lock()
+CONTENT_TYPE_LENGTH = 255
 
 
 def _utcnow() -> datetime:
@@ -88,7 +89,7 @@ class Page(Base):
     final_url: Mapped[str | None] = mapped_column(Text)
     domain: Mapped[str] = mapped_column(String(253), index=True)
     status_code: Mapped[int | None] = mapped_column(Integer)
-    content_type: Mapped[str | None] = mapped_column(String(255))
+    content_type: Mapped[str | None] = mapped_column(String(CONTENT_TYPE_LENGTH))
     error: Mapped[str | None] = mapped_column(Text)
     depth: Mapped[int] = mapped_column(Integer)
     title: Mapped[str | None] = mapped_column(Text)
@@ -146,17 +147,26 @@ def _first_line(exc: DBAPIError) -> str:
     return text.splitlines()[0]
 
 
+def _text(value: str | None, limit: int | None = None) -> str | None:
+    # What a hostile server sent must not make a row unstorable: PostgreSQL refuses NUL in text,
+    # and a value longer than its column. (An unstorable row would be retried for ever.)
+    if value is None:
+        return None
+    return value.replace("\x00", "\ufffd")[:limit]
+
+
 def _record_row(record: PageRecord) -> dict[str, Any]:
+    data = record.data and {_text(k) or "": _text(v) for k, v in record.data.items()}
     return {
-        "url": record.url,
-        "final_url": record.final_url,
+        "url": _text(record.url),
+        "final_url": _text(record.final_url),
         "domain": record.domain,
         "status_code": record.status_code,
-        "content_type": record.content_type,
-        "error": record.error,
+        "content_type": _text(record.content_type, CONTENT_TYPE_LENGTH),
+        "error": _text(record.error),
         "depth": record.depth,
-        "title": record.title,
-        "data": record.data,
+        "title": _text(record.title),
+        "data": data,
         "fetched_at": record.fetched_at.astimezone(UTC),
         "attempts": record.attempts,
     }

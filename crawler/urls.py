@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Collection
 from functools import lru_cache
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
@@ -16,6 +17,8 @@ DEFAULT_TRACKING_PARAMS = frozenset(
     {"gclid", "fbclid", "dclid", "msclkid", "yclid", "mc_cid", "mc_eid", "_ga", "igshid"}
 )
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# After IDNA: a DNS name (underscores occur in the wild) or an IPv6 literal; nothing else.
+_HOST = re.compile(r"[a-z0-9_.-]+|[0-9a-f:.]+")
 
 
 def _is_tracking(key: str, extra: Collection[str]) -> bool:
@@ -50,8 +53,8 @@ def canonicalise(url: str, base: str | None = None, tracking: Collection[str] = 
         raise
     except (ValueError, UnicodeError) as exc:
         raise BadURL(f"{url!r}: not a valid URL ({exc})") from None
-    if not host or any(c in host for c in " %<>\\^`{|}"):
-        raise BadURL(f"{url!r}: invalid host")
+    if not host or not _HOST.fullmatch(host):
+        raise BadURL(f"{url[:200]!r}: invalid host")
     netloc = f"[{host}]" if ":" in host else host
     if port is not None and port != _DEFAULT_PORTS[scheme]:
         netloc = f"{netloc}:{port}"
@@ -60,7 +63,10 @@ def canonicalise(url: str, base: str | None = None, tracking: Collection[str] = 
         for pair in canon.query.split("&")
         if pair and not _is_tracking(unquote(pair.partition("=")[0]), tracking)
     )
-    return urlunsplit((scheme, netloc, _drop_path_params(canon.path, tracking) or "/", query, ""))
+    canonical = urlunsplit((scheme, netloc, _drop_path_params(canon.path, tracking) or "/", query, ""))
+    if len(canonical) > MAX_URL_LENGTH:  # percent-encoding can triple a URL's length
+        raise BadURL(f"URL longer than {MAX_URL_LENGTH} characters once canonical")
+    return canonical
 
 
 def _drop_path_params(path: str, dropped: Collection[str]) -> str:

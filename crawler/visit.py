@@ -94,7 +94,7 @@ class Visitor:
             failure = from_error(exc)
             fetched = Fetched(time.monotonic() - started, 0, exc)
             return Outcome(
-                replace(record, error=failure.error, status_code=exc.status_code),
+                replace(record, error=failure.error, status_code=exc.status_code, final_url=exc.url),
                 (),
                 failure,
                 waited,

@@ -5,10 +5,13 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+Stream = Callable[[], Iterable[bytes]]
+"""A body sent piece by piece as it is produced, ended by closing the connection."""
 
 
 @dataclass(frozen=True)
@@ -16,7 +19,7 @@ class Reply:
     """What the server answers for one request."""
 
     status: int = 200
-    body: bytes = b""
+    body: bytes | Stream = b""
     headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "text/html; charset=utf-8"})
 
 
@@ -63,9 +66,17 @@ def _handler(site: Site) -> type[BaseHTTPRequestHandler]:
             self.send_response(reply.status)
             for name, value in reply.headers.items():
                 self.send_header(name, value)
-            self.send_header("Content-Length", str(len(reply.body)))
+            if isinstance(reply.body, bytes):
+                self.send_header("Content-Length", str(len(reply.body)))
+                self.end_headers()
+                self.wfile.write(reply.body)
+                return
+            self.send_header("Connection", "close")
             self.end_headers()
-            self.wfile.write(reply.body)
+            self.close_connection = True
+            for piece in reply.body():
+                self.wfile.write(piece)
+                self.wfile.flush()
 
         def log_message(self, format: str, *args: object) -> None:
             pass

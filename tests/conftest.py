@@ -12,7 +12,10 @@ import pytest
 from psycopg import sql
 from redis.asyncio import Redis
 
-from tests import services
+from tests import services, tripwire
+
+# Nothing a test does may connect outside loopback, even if the crawler's own guard fails.
+tripwire.install()
 
 # A PostgreSQL server with trust auth; each test gets its own database on it.
 PG_SERVER = os.environ.get("CRAWLER_TEST_PG_SERVER", "postgresql://postgres@localhost:5432")

@@ -102,3 +102,36 @@ def test_cli_reports_bad_config_without_traceback(tmp_path: Path) -> None:
     assert str(bad) in result.stderr
     assert "defaults.max_depth" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "user_agent: !!python/object/apply:os.system ['touch {marker}']",
+        "domains: !!python/object/new:subprocess.Popen [['touch', '{marker}']]",
+        "tracking_params: !!python/name:os.system",
+    ],
+)
+def test_the_config_cannot_run_code(tmp_path: Path, text: str) -> None:
+    marker = tmp_path / "ran"
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        parse_config(text.format(marker=marker))
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("allow_networks: [10.0.0.1/8]", "has host bits set"),
+        ("allow_networks: [somewhere]", "is not a network"),
+        ('user_agent: "crawler\\r\\nX-Injected: 1"', "printable ASCII on one line"),
+    ],
+)
+def test_bad_network_settings_are_refused(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(text)
+
+
+def test_allow_networks_takes_networks_and_single_addresses() -> None:
+    config = parse_config("allow_networks: [127.0.0.21, 10.1.0.0/16, 'fd00::/8']")
+    assert [str(n) for n in config.allow_networks] == ["127.0.0.21/32", "10.1.0.0/16", "fd00::/8"]

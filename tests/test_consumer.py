@@ -135,6 +135,11 @@ async def test_garbage_messages_are_set_aside_and_the_crawl_goes_on(
         b'{"v": 1}',
         b'{"v": 99, "url": "http://a.test/"}',
         json.dumps({"v": 1, "url": "http://b.test/elsewhere"}).encode(),
+        b"\xff\xfe not utf-8",
+        b'{"v": true, "url": "http://a.test/"}',  # true == 1 in Python: still not a version
+        b'{"v": 1, "url": "http://a.test/", "depth": 99999999999999999999}',
+        b'{"v": 1, "url": "file:///etc/passwd"}',
+        b'{"v": 1, "url": "http://a.test/' + b"x" * 100_000 + b'"}',  # oversized
     ]
     with serve(*sites):
         await seed(settings, sites[0].url())

@@ -214,3 +214,25 @@ async def test_failed_write_is_sink_error_without_password() -> None:
 def test_fetched_at_must_be_timezone_aware() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         record("https://example.com/a", fetched_at=datetime(2024, 1, 1))
+
+
+async def test_hostile_values_are_stored_not_retried_for_ever(sink: Sink, database_url: str) -> None:
+    # PostgreSQL refuses NUL in text and a content type longer than its column: a row it cannot
+    # store would be retried for ever, so the sink makes it storable.
+    content_type = "text/html; x=" + "y" * 1000
+    await sink.store(
+        record(
+            "https://example.com/nul",
+            title="a\x00b",
+            error="bad\x00byte",
+            final_url="https://example.com/\x00",
+            content_type=content_type,
+            data={"f\x00": "v\x00"},
+        )
+    )
+    [row] = rows(database_url)
+    assert row["title"] == "a\ufffdb"
+    assert row["error"] == "bad\ufffdbyte"
+    assert row["final_url"] == "https://example.com/\ufffd"
+    assert row["content_type"] == content_type[:255]
+    assert row["data"] == {"f\ufffd": "v\ufffd"}

@@ -1,0 +1,43 @@
+"""The crawl message on the wire: versioned, strict about what it needs, tolerant of what it doesn't."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawler.errors import InvalidMessage
+from crawler.message import MAX_MESSAGE_BYTES, CrawlMessage
+
+
+def test_round_trip() -> None:
+    message = CrawlMessage("http://a.test/x", depth=3, parent="http://a.test/")
+    assert CrawlMessage.decode(message.encode()) == message
+
+
+def test_fields_a_newer_worker_adds_are_ignored() -> None:
+    body = b'{"v": 1, "url": "http://a.test/", "depth": 2, "priority_hint": 7, "trace": {"id": 1}}'
+    assert CrawlMessage.decode(body) == CrawlMessage("http://a.test/", 2)
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"not json", "not JSON"),
+        (b"\xff\xfe", "not JSON"),
+        (b"[1]", "not a JSON object"),
+        (b'{"url": "http://a.test/"}', "unknown message version 'None'"),
+        (b'{"v": 2, "url": "http://a.test/"}', "unknown message version '2'"),
+        (b'{"v": true, "url": "http://a.test/"}', "unknown message version"),
+        (b'{"v": 1.0, "url": "http://a.test/"}', "unknown message version"),
+        (b'{"v": "1", "url": "http://a.test/"}', "unknown message version"),
+        (b'{"v": 1}', "'url' missing"),
+        (b'{"v": 1, "url": 5}', "'url' missing"),
+        (b'{"v": 1, "url": "http://a.test/", "depth": -1}', "'depth'"),
+        (b'{"v": 1, "url": "http://a.test/", "depth": 1e3}', "'depth'"),
+        (b'{"v": 1, "url": "http://a.test/", "depth": 10000000000}', "'depth'"),
+        (b'{"v": 1, "url": "http://a.test/", "parent": 3}', "'parent'"),
+        (b" " * (MAX_MESSAGE_BYTES + 1), "exceeds"),
+    ],
+)
+def test_invalid_messages_say_what_is_wrong(body: bytes, why: str) -> None:
+    with pytest.raises(InvalidMessage, match=why):
+        CrawlMessage.decode(body)
