@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from cssselect import GenericTranslator, SelectorError
@@ -139,6 +139,7 @@ class CrawlConfig(_Strict):
     )
     user_agent: str = Field("crawler/0.1 (+https://github.com/crawler/crawler)", min_length=1)
     max_retry_after: float = Field(300.0, gt=0, le=86_400)
+    fetcher: Literal["aiohttp", "httpx"] = "aiohttp"
     domains: dict[str, DomainRules] = Field(default_factory=dict)
 
     @field_validator("resolve")

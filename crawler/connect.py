@@ -8,6 +8,7 @@ import socket
 from collections.abc import Iterable, Mapping, Sequence
 
 import httpcore
+from aiohttp.abc import AbstractResolver, ResolveResult
 from httpcore import AsyncNetworkBackend, AsyncNetworkStream
 from httpcore._backends.auto import AutoBackend
 
@@ -121,6 +122,20 @@ class GuardedBackend(AsyncNetworkBackend):
         self._policy = policy
         self._inner = inner or AutoBackend()
 
+    async def allowed(self, host: str, port: int) -> list[IPAddress]:
+        """The addresses of `host` that may be connected to; Refused (before connecting) if none."""
+        addresses = await self._addresses(host, port)
+        verdicts = [(ip, self._policy.refusal(ip)) for ip in addresses]
+        allowed = [ip for ip, why in verdicts if why is None]
+        if not allowed:
+            ip, why = verdicts[0]
+            named = str(ip) if host.strip("[]") == str(ip) else f"{host} resolves to {ip}"
+            raise Refused(
+                f"refused: {named} ({why}); fetches connect only to public addresses unless "
+                "domains.yaml sets allow_private_networks: true or lists the network in allow_networks"
+            )
+        return allowed
+
     async def _addresses(self, host: str, port: int) -> list[IPAddress]:
         host = host.lower().rstrip(".").strip("[]")
         if host in self._resolve:
@@ -144,16 +159,7 @@ class GuardedBackend(AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> AsyncNetworkStream:
-        addresses = await self._addresses(host, port)
-        verdicts = [(ip, self._policy.refusal(ip)) for ip in addresses]
-        allowed = [ip for ip, why in verdicts if why is None]
-        if not allowed:
-            ip, why = verdicts[0]
-            named = str(ip) if host.strip("[]") == str(ip) else f"{host} resolves to {ip}"
-            raise Refused(
-                f"refused: {named} ({why}); fetches connect only to public addresses unless "
-                "domains.yaml sets allow_private_networks: true or lists the network in allow_networks"
-            )
+        allowed = await self.allowed(host, port)
         last: Exception | None = None
         for ip in allowed:
             try:
@@ -173,3 +179,36 @@ class GuardedBackend(AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+class GuardedResolver(AbstractResolver):
+    """aiohttp resolver with the same `resolve` map and address policy as GuardedBackend.
+
+    aiohttp does not resolve IP literals, so the fetcher checks those itself before each hop.
+    """
+
+    def __init__(self, guard: GuardedBackend) -> None:
+        self._guard = guard
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        """The allowed addresses of `host`."""
+        try:
+            allowed = await self._guard.allowed(host, port)
+        except httpcore.ConnectError as exc:
+            raise OSError(str(exc)) from None  # aiohttp reports an OSError as a connection failure
+        return [
+            ResolveResult(
+                hostname=host,
+                host=str(ip),
+                port=port,
+                family=socket.AF_INET6 if ip.version == 6 else socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+            for ip in allowed
+        ]
+
+    async def close(self) -> None:
+        """Nothing to release."""

@@ -16,7 +16,8 @@ from crawler.consumer import Consumer, DomainStats
 from crawler.dedup import SeenStore
 from crawler.errors import BadURL, ConfigError
 from crawler.exchanges import declare, topology, work_queues
-from crawler.fetch import HttpFetcher
+from crawler.aiofetch import AiohttpFetcher
+from crawler.fetch import FollowingFetcher, HttpFetcher
 from crawler.monitor import Monitoring, monitored
 from crawler.quota import PageQuota
 from crawler.router import Routed, Router
@@ -43,6 +44,11 @@ async def frontier(settings: Settings, role: str) -> AsyncIterator[Frontier]:
         connection = await stack.enter_async_context(services.broker(settings.amqp_url, role))
         redis = await stack.enter_async_context(services.redis(settings.redis_url))
         yield Frontier(connection, redis, SeenStore(redis, settings.names.seen_key))
+
+
+def make_fetcher(config: CrawlConfig) -> FollowingFetcher:
+    """The fetch transport domains.yaml chose."""
+    return AiohttpFetcher(config) if config.fetcher == "aiohttp" else HttpFetcher(config)
 
 
 def check_domains(config: CrawlConfig, domains: Sequence[str] | None) -> list[str]:
@@ -132,7 +138,7 @@ async def consume(
         f = await stack.enter_async_context(frontier(settings, role))
         sink = Sink(settings.database_url)
         stack.callback(sink.close)
-        fetcher = HttpFetcher(config)
+        fetcher = make_fetcher(config)
         stack.push_async_callback(fetcher.aclose)
         consumer = Consumer(
             config,

@@ -84,25 +84,8 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
         )
 
 
-class HttpFetcher:
-    """Fetches directly with one pooled httpx client per process."""
-
-    def __init__(self, config: CrawlConfig, *, max_connections: int = 100) -> None:
-        policy = AddressPolicy(config.allow_private_networks, config.allow_networks)
-        backend = GuardedBackend(config.resolve, policy)
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=32)
-        self._client = httpx.AsyncClient(
-            transport=_GuardedTransport(backend, limits),
-            headers={
-                "User-Agent": config.user_agent,
-                "Accept": "text/html,*/*;q=0.5",
-                # Only what crawler.decoding undoes with bounded memory.
-                "Accept-Encoding": ACCEPT_ENCODING,
-            },
-            follow_redirects=False,
-            timeout=None,  # the whole-fetch deadline below bounds every phase together
-            trust_env=False,
-        )
+class FollowingFetcher:
+    """The redirect and deadline logic every transport shares; a transport supplies `_get`."""
 
     async def fetch(self, url: str, rules: Rules, scope: Scope, *, html_only: bool = True) -> Response:
         """Fetch `url` within the domain's deadline, body limit and redirect limit."""
@@ -138,6 +121,34 @@ class HttpFetcher:
             except BadURL as exc:
                 raise Refused(f"redirect refused: {exc}", status_code=status) from None
             hops.append(target)
+
+    async def _get(self, url: str, rules: Rules, html_only: bool) -> tuple[int, httpx.Headers, bytes]:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Release connections."""
+        raise NotImplementedError
+
+
+class HttpFetcher(FollowingFetcher):
+    """Fetches directly with one pooled httpx client per process."""
+
+    def __init__(self, config: CrawlConfig, *, max_connections: int = 100) -> None:
+        policy = AddressPolicy(config.allow_private_networks, config.allow_networks)
+        backend = GuardedBackend(config.resolve, policy)
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=32)
+        self._client = httpx.AsyncClient(
+            transport=_GuardedTransport(backend, limits),
+            headers={
+                "User-Agent": config.user_agent,
+                "Accept": "text/html,*/*;q=0.5",
+                # Only what crawler.decoding undoes with bounded memory.
+                "Accept-Encoding": ACCEPT_ENCODING,
+            },
+            follow_redirects=False,
+            timeout=None,  # the whole-fetch deadline below bounds every phase together
+            trust_env=False,
+        )
 
     async def _get(self, url: str, rules: Rules, html_only: bool) -> tuple[int, httpx.Headers, bytes]:
         try:

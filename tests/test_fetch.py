@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import brotli
 import pytest
 
+from crawler.aiofetch import AiohttpFetcher
 from crawler.config import CrawlConfig, Rules, parse_config
 from crawler.errors import BadResponse, FetchError, FetchTimeout, Refused, TooLarge, TooManyRedirects
-from crawler.fetch import HttpFetcher
+from crawler.fetch import FollowingFetcher, HttpFetcher
 from crawler.urls import canonicalise
 from demo.site import Reply, Route, Site, free_port, page, serve
 from tests.hostile import brotli_bomb, deflate_bomb, double_gzip_bomb, gzip_bomb, trickle
@@ -82,7 +83,7 @@ def routes(port: int) -> dict[str, Route]:
 @dataclass
 class Hostile:
     site: Site
-    fetcher: HttpFetcher
+    fetcher: FollowingFetcher
     bait: socket.socket
 
     def url(self, path: str) -> str:
@@ -137,9 +138,18 @@ def site(bait: tuple[int, socket.socket]) -> Iterator[Site]:
         yield site
 
 
+@pytest.fixture(params=[HttpFetcher, AiohttpFetcher], ids=["httpx", "aiohttp"])
+def transport(request: pytest.FixtureRequest) -> type[FollowingFetcher]:
+    """Each fetch test runs over both transports: they promise the same behaviour."""
+    kind: type[FollowingFetcher] = request.param
+    return kind
+
+
 @pytest.fixture
-async def hostile(site: Site, bait: tuple[int, socket.socket]) -> AsyncIterator[Hostile]:
-    fetcher = HttpFetcher(config_for(site.port))
+async def hostile(
+    site: Site, bait: tuple[int, socket.socket], transport: type[FollowingFetcher]
+) -> AsyncIterator[Hostile]:
+    fetcher = transport(config_for(site.port))  # type: ignore[call-arg]
     try:
         yield Hostile(site, fetcher, bait[1])
     finally:
@@ -246,9 +256,11 @@ async def test_binary_as_html_is_returned_and_non_html_is_not_read(hostile: Host
     assert await hostile.fetch("/not-html") == b""
 
 
-async def test_without_allow_networks_even_the_site_is_refused(bait: tuple[int, socket.socket]) -> None:
+async def test_without_allow_networks_even_the_site_is_refused(
+    bait: tuple[int, socket.socket], transport: type[FollowingFetcher]
+) -> None:
     port, _listener = bait
-    fetcher = HttpFetcher(config_for(port, allow_networks=()))
+    fetcher = transport(config_for(port, allow_networks=()))  # type: ignore[call-arg]
     try:
         with pytest.raises(Refused, match="loopback"):
             await fetcher.fetch(f"http://hostile.test:{port}/", RULES, _scope)

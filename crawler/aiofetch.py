@@ -1,0 +1,124 @@
+"""The fetch layer over aiohttp: the same interface, guard and limits as HttpFetcher, less CPU.
+
+Per request, httpx with its httpcore pool costs several times the CPU of aiohttp on the same
+server (see bench/README.md); a crawler spends most of its CPU fetching, so this is the default.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+import aiohttp
+import httpx
+from yarl import URL
+
+from crawler.config import CrawlConfig, Rules
+from crawler.connect import AddressPolicy, GuardedBackend, GuardedResolver
+from crawler.decoding import ACCEPT_ENCODING, decode_errors, decoder_for
+from crawler.errors import BadResponse, ConnectFailed, FetchError, Refused, TooLarge
+from crawler.fetch import HTML_TYPES, REDIRECTS, FollowingFetcher
+
+MAX_HEADER_BYTES = 65_536
+
+
+class AiohttpFetcher(FollowingFetcher):
+    """Fetches directly with one pooled aiohttp session per process; redirects as HttpFetcher."""
+
+    def __init__(self, config: CrawlConfig, *, max_connections: int = 100) -> None:
+        self._guard = GuardedBackend(
+            config.resolve, AddressPolicy(config.allow_private_networks, config.allow_networks)
+        )
+        connector = aiohttp.TCPConnector(
+            limit=max_connections,
+            resolver=GuardedResolver(self._guard),
+            use_dns_cache=False,  # every connection's address goes through the guard afresh
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            headers={
+                "User-Agent": config.user_agent,
+                "Accept": "text/html,*/*;q=0.5",
+                # Only what crawler.decoding undoes with bounded memory.
+                "Accept-Encoding": ACCEPT_ENCODING,
+            },
+            auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None),  # the whole-fetch deadline bounds it all
+            trust_env=False,
+            skip_auto_headers=("Accept-Encoding",),
+            # Long Location headers are the redirect check's to refuse, with a reason.
+            max_line_size=MAX_HEADER_BYTES,
+            max_field_size=MAX_HEADER_BYTES,
+        )
+
+    async def _get(self, url: str, rules: Rules, html_only: bool) -> tuple[int, httpx.Headers, bytes]:
+        await self._check_literal(url)
+        try:
+            async with self._session.get(URL(url, encoded=True), allow_redirects=False) as resp:
+                headers = httpx.Headers(list(resp.headers.items()))
+                media = resp.headers.get("Content-Type", "text/html").split(";")[0].strip()
+                if resp.status in REDIRECTS or (html_only and media.lower() not in HTML_TYPES):
+                    return resp.status, headers, b""
+                declared = resp.headers.get("Content-Length", "")
+                if declared.isdigit() and int(declared) > rules.max_body_bytes:
+                    raise TooLarge(
+                        f"Content-Length {declared} exceeds max_body_bytes {rules.max_body_bytes}",
+                        status_code=resp.status,
+                    )
+                return resp.status, headers, await _read_body(resp, rules.max_body_bytes)
+        except FetchError:
+            raise
+        except (aiohttp.InvalidURL, ValueError) as exc:
+            raise Refused(f"cannot fetch {url}: {exc}") from None
+        except aiohttp.ClientResponseError as exc:  # the server's answer breaks HTTP itself
+            raise BadResponse(f"malformed response: {exc.message[:200]}", status_code=exc.status) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise ConnectFailed(f"{type(exc).__name__}: {exc}") from None
+
+    async def _check_literal(self, url: str) -> None:
+        host = urlsplit(url).hostname or ""
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            try:  # 2130706433 and 0x7f.1 are 127.0.0.1 to inet_aton, whatever yarl makes of them
+                host = str(ipaddress.IPv4Address(socket.inet_aton(host)))
+            except OSError:
+                return  # a name: the resolver checks what it resolves to
+        await self._guard.allowed(host, 0)
+
+    async def aclose(self) -> None:
+        """Close the session and its connections."""
+        await self._session.close()
+
+
+async def _read_body(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The decoded body, cut with TooLarge once it (or what is received) passes `limit` bytes."""
+    coding = resp.headers.get("Content-Encoding") or "none"
+    pieces: list[bytes] = []
+    received = size = 0
+    try:
+        decoder = decoder_for(resp.headers.getall("Content-Encoding", []))
+        async for raw in resp.content.iter_any():
+            received += len(raw)
+            if received > limit:
+                raise TooLarge(f"body exceeds max_body_bytes {limit}", status_code=resp.status)
+            for piece in decoder.feed(raw):
+                size += len(piece)
+                if size > limit:
+                    raise TooLarge(
+                        f"body exceeds max_body_bytes {limit} once decoded (Content-Encoding: {coding[:40]})",
+                        status_code=resp.status,
+                    )
+                pieces.append(piece)
+        for piece in decoder.flush():
+            size += len(piece)
+            if size > limit:
+                raise TooLarge(f"body exceeds max_body_bytes {limit} once decoded", status_code=resp.status)
+            pieces.append(piece)
+    except decode_errors() as exc:
+        raise BadResponse(
+            f"body does not decode as its Content-Encoding {coding[:40]!r} says ({exc})",
+            status_code=resp.status,
+        ) from None
+    return b"".join(pieces)
