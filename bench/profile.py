@@ -79,6 +79,7 @@ _RULES: tuple[tuple[str, str], ...] = (
     ("sqlalchemy/", "SQLite sink (upsert, commit)"),
     ("sqlite3/", "SQLite sink (upsert, commit)"),
     ("crawler/sink.py", "SQLite sink (upsert, commit)"),
+    ("concurrent/futures/", "to_thread hand-off (thread pool submit, worker wake-up)"),
     ("aio_pika/", "amqp"),
     ("aiormq/", "amqp"),
     ("pamqp/", "amqp"),
@@ -98,8 +99,13 @@ _RULES: tuple[tuple[str, str], ...] = (
 
 def activity(stack: Stack) -> str:
     """What a sampled stack was doing, by the innermost frame that says."""
-    if any(f.func in ("_find_and_load", "_call_with_frames_removed") for f in stack):
-        return "start-up (imports)"
+    loading = next((i for i, f in enumerate(stack) if f.func == "_find_and_load"), None)
+    if loading is not None:
+        caller = stack[loading - 1] if loading else None
+        if caller is None or caller.func == "<module>":
+            return "start-up (imports)"
+        # An import statement run per call: cheap when cached, a path search when it fails.
+        return f"import at run time, in {caller.where}"
     if _has(stack, "alembic/"):
         return "start-up (schema check)"
     for frame in reversed(stack):
@@ -126,7 +132,11 @@ def summary(stacks: Counter[Stack], top: int = 25) -> str:
         by_activity[activity(stack)] += n
         if stack:
             own[stack[-1].where] += n
-    lines = [f"{total} samples (each ~10 ms of CPU in one thread)", "", "where the CPU goes:"]
+    lines = [
+        f"{total} samples (a thread not idle at one tick of py-spy: ~10 ms at 100 Hz)",
+        "",
+        "where the CPU goes:",
+    ]
     lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in by_activity.most_common()]
     lines += ["", f"top {top} functions by own time:"]
     lines += [f"  {100 * n / total:5.1f}%  {where}" for where, n in own.most_common(top)]

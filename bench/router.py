@@ -7,6 +7,9 @@ Three ways, each on distinct URLs of the bench site's hosts, into a fresh vhost 
 - `route x16`: 16 such batches at once, as a consumer with many pages in flight does;
 - `publish only x16`: the same publishes straight to the exchange (no canonicalising, no Redis),
   the ceiling that aio-pika and the broker allow.
+
+With --what-if, two more: `plain queue x16` publishes the same way to a durable queue without
+x-max-priority, and `transient x16` sends non-persistent messages to it: what those choices cost.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import yaml
+from aio_pika import DeliveryMode, ExchangeType
 from aio_pika.abc import AbstractExchange
 
 from bench import services
@@ -99,8 +103,8 @@ def _batches(spec: SiteSpec, start: int, count: int) -> list[list[str]]:
     return [urls[i : i + BATCH] for i in range(0, len(urls), BATCH)]
 
 
-async def bench(urls: int) -> list[Measured]:
-    """Measure the three ways, `urls` publishes each."""
+async def bench(urls: int, what_if: bool = False) -> list[Measured]:
+    """Measure the three ways (five with `what_if`), `urls` publishes each."""
     spec = SiteSpec()
     config: CrawlConfig = parse_config(yaml.safe_dump(crawler_config(spec)), "bench")
     results = []
@@ -125,7 +129,35 @@ async def bench(urls: int) -> list[Measured]:
                 )
                 return len(batch)
 
-            ways = [("route x1", 1, route), ("route x16", 16, route), ("publish only x16", 16, publish)]
+            plain = await channel.declare_exchange(f"{prefix}.plain", ExchangeType.TOPIC, durable=True)
+            plain_queue = await channel.declare_queue(f"{prefix}.plain", durable=True)
+            await plain_queue.bind(plain, "#")
+
+            def to_plain(mode: DeliveryMode) -> Callable[[list[str]], Awaitable[int]]:
+                async def send(batch: list[str]) -> int:
+                    messages = [persistent(CrawlMessage(u, 1).encode(), 5) for u in batch]
+                    for m in messages:
+                        m.delivery_mode = mode
+                    await asyncio.gather(
+                        *(
+                            plain.publish(m, routing_key=host_of(u))
+                            for m, u in zip(messages, batch, strict=True)
+                        )
+                    )
+                    return len(batch)
+
+                return send
+
+            ways: list[tuple[str, int, Callable[[list[str]], Awaitable[int]]]] = [
+                ("route x1", 1, route),
+                ("route x16", 16, route),
+                ("publish only x16", 16, publish),
+            ]
+            if what_if:
+                ways += [
+                    ("plain queue x16", 16, to_plain(DeliveryMode.PERSISTENT)),
+                    ("transient x16", 16, to_plain(DeliveryMode.NOT_PERSISTENT)),
+                ]
             for n, (label, concurrency, send) in enumerate(ways):
                 batches = _batches(spec, n * urls, urls)
                 results.append(await _measure(label, batches, concurrency, send))
@@ -137,8 +169,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Run the router bench and print its table."""
     parser = argparse.ArgumentParser(prog="python -m bench.router", description=__doc__.splitlines()[0])
     parser.add_argument("--urls", type=int, default=20_000, help="publishes per way (default %(default)s)")
+    parser.add_argument("--what-if", action="store_true", help="also: no priority queue; transient")
     args = parser.parse_args(argv)
-    results = asyncio.run(bench(args.urls))
+    results = asyncio.run(bench(args.urls, args.what_if))
     print(HEADER)
     for r in results:
         print(r.row())
