@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -272,7 +272,7 @@ def _db_progress(db: Path) -> Progress:
         if not db.exists():
             return 0
         try:
-            with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
+            with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)) as conn:
                 row = conn.execute("SELECT max(rowid) FROM pages").fetchone()
         except sqlite3.Error:
             return 0
@@ -282,7 +282,7 @@ def _db_progress(db: Path) -> Progress:
 
 
 def _crawler_pages(result: Result, db: Path, started_at: float) -> None:
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+    with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
         total, ok, priced, last = conn.execute(
             "SELECT count(*), sum(error IS NULL AND status_code = 200),"
             " sum(json_extract(data, '$.price') IS NOT NULL), max(fetched_at) FROM pages"
