@@ -33,6 +33,7 @@ from crawler.config import CrawlConfig, parse_config
 from crawler.crawl import frontier
 from crawler.exchanges import declare, topology
 from crawler.message import CrawlMessage, persistent
+from crawler.quota import PageQuota
 from crawler.router import Router
 from crawler.settings import Settings
 from crawler.urls import fingerprint, host_of
@@ -114,7 +115,7 @@ async def bench(urls: int, what_if: bool = False) -> list[Measured]:
             channel = await f.connection.channel(publisher_confirms=True)
             await declare(channel, topology(config, settings.names))
             exchange: AbstractExchange = await channel.get_exchange(settings.names.frontier, ensure=False)
-            router = Router(config, exchange, f.seen)
+            router = Router(config, exchange, f.seen, PageQuota(f.redis, settings.names))
 
             async def route(batch: list[str]) -> int:
                 routed = await router.route(batch, depth=1, claimant=fingerprint(batch[0]))

@@ -11,12 +11,12 @@ from aio_pika.abc import AbstractRobustConnection
 from redis.asyncio import Redis
 
 from crawler import services
+from crawler.aiofetch import AiohttpFetcher
 from crawler.config import CrawlConfig
 from crawler.consumer import Consumer, DomainStats
 from crawler.dedup import SeenStore
 from crawler.errors import BadURL, ConfigError
 from crawler.exchanges import declare, topology, work_queues
-from crawler.aiofetch import AiohttpFetcher
 from crawler.fetch import FollowingFetcher, HttpFetcher
 from crawler.monitor import Monitoring, monitored
 from crawler.quota import PageQuota
