@@ -48,7 +48,9 @@ def config(spec: SiteSpec, site: Path, state: Path) -> str:
         f"    }}"
         for host in spec.hosts
     )
+    # The open-file cache keeps a descriptor per cached page: room for every page of the site.
     return f"""{user}worker_processes 1;
+worker_rlimit_nofile 65536;
 pid {state}/nginx.pid;
 error_log {state}/error.log warn;
 events {{

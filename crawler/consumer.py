@@ -96,10 +96,12 @@ class Consumer:
         grace: float = 30.0,
         config_path: str | None = None,
         metrics: Metrics | None = None,
+        publishing: AbstractRobustConnection | None = None,
     ) -> None:
         self.config = config
         self.names = names
         self.connection = connection
+        self.publishing = publishing or connection  # links, retries and dead letters go out here
         self.sink = sink
         self._writes = GroupCommit(sink)
         self.seen = SeenStore(redis, names.seen_key)
@@ -135,7 +137,7 @@ class Consumer:
 
     async def run(self) -> None:
         """Declare the topology, consume until stopped or drained, then return what is in flight."""
-        publisher = await self.connection.channel(publisher_confirms=True)
+        publisher = await self.publishing.channel(publisher_confirms=True)
         try:
             await declare(publisher, topology(self.config, self.names))
             self._frontier = await publisher.get_exchange(self.names.frontier, ensure=False)

@@ -136,6 +136,9 @@ async def consume(
     await asyncio.to_thread(ensure_schema, settings.database_url)
     async with AsyncExitStack() as stack:
         f = await stack.enter_async_context(frontier(settings, role))
+        # Publishing on its own connection: RabbitMQ throttles a connection that publishes faster
+        # than its queues take, and on a shared one that would hold up deliveries and acks too.
+        publishing = await stack.enter_async_context(services.broker(settings.amqp_url, f"{role} publisher"))
         sink = Sink(settings.database_url)
         stack.callback(sink.close)
         fetcher = make_fetcher(config)
@@ -154,6 +157,7 @@ async def consume(
             grace=grace,
             config_path=config_path,
             metrics=monitoring.metrics,
+            publishing=publishing,
         )
         await stack.enter_async_context(monitored(monitoring, consumer, f.redis, role=role))
         if canonical_seeds:
