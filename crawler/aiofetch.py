@@ -16,9 +16,9 @@ from yarl import URL
 
 from crawler.config import CrawlConfig, Rules
 from crawler.connect import AddressPolicy, GuardedBackend, GuardedResolver
-from crawler.decoding import ACCEPT_ENCODING, decode_errors, decoder_for
+from crawler.decoding import ACCEPT_ENCODING
 from crawler.errors import BadResponse, ConnectFailed, FetchError, Refused, TooLarge
-from crawler.fetch import HTML_TYPES, REDIRECTS, FollowingFetcher
+from crawler.fetch import HTML_TYPES, REDIRECTS, FollowingFetcher, read_body
 
 MAX_HEADER_BYTES = 65_536
 
@@ -66,7 +66,9 @@ class AiohttpFetcher(FollowingFetcher):
                         f"Content-Length {declared} exceeds max_body_bytes {rules.max_body_bytes}",
                         status_code=resp.status,
                     )
-                return resp.status, headers, await _read_body(resp, rules.max_body_bytes)
+                encodings = resp.headers.getall("Content-Encoding", [])
+                body = await read_body(resp.content.iter_any(), encodings, rules.max_body_bytes, resp.status)
+                return resp.status, headers, body
         except FetchError:
             raise
         except (aiohttp.InvalidURL, ValueError) as exc:
@@ -90,35 +92,3 @@ class AiohttpFetcher(FollowingFetcher):
     async def aclose(self) -> None:
         """Close the session and its connections."""
         await self._session.close()
-
-
-async def _read_body(resp: aiohttp.ClientResponse, limit: int) -> bytes:
-    """The decoded body, cut with TooLarge once it (or what is received) passes `limit` bytes."""
-    coding = resp.headers.get("Content-Encoding") or "none"
-    pieces: list[bytes] = []
-    received = size = 0
-    try:
-        decoder = decoder_for(resp.headers.getall("Content-Encoding", []))
-        async for raw in resp.content.iter_any():
-            received += len(raw)
-            if received > limit:
-                raise TooLarge(f"body exceeds max_body_bytes {limit}", status_code=resp.status)
-            for piece in decoder.feed(raw):
-                size += len(piece)
-                if size > limit:
-                    raise TooLarge(
-                        f"body exceeds max_body_bytes {limit} once decoded (Content-Encoding: {coding[:40]})",
-                        status_code=resp.status,
-                    )
-                pieces.append(piece)
-        for piece in decoder.flush():
-            size += len(piece)
-            if size > limit:
-                raise TooLarge(f"body exceeds max_body_bytes {limit} once decoded", status_code=resp.status)
-            pieces.append(piece)
-    except decode_errors() as exc:
-        raise BadResponse(
-            f"body does not decode as its Content-Encoding {coding[:40]!r} says ({exc})",
-            status_code=resp.status,
-        ) from None
-    return b"".join(pieces)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -162,7 +162,13 @@ class HttpFetcher(FollowingFetcher):
                         f"Content-Length {declared} exceeds max_body_bytes {rules.max_body_bytes}",
                         status_code=resp.status_code,
                     )
-                return resp.status_code, resp.headers, await _read_body(resp, rules.max_body_bytes)
+                body = await read_body(
+                    resp.aiter_raw(),
+                    resp.headers.get_list("content-encoding"),
+                    rules.max_body_bytes,
+                    resp.status_code,
+                )
+                return resp.status_code, resp.headers, body
         except FetchError:
             raise
         except httpx.TimeoutException as exc:
@@ -177,12 +183,10 @@ class HttpFetcher(FollowingFetcher):
         await self._client.aclose()
 
 
-async def _read_body(resp: httpx.Response, limit: int) -> bytes:
-    """The decoded body, cut with TooLarge once it (or what is received) passes `limit` bytes.
-
-    Decoding goes a bounded piece at a time, so a compression bomb is cut without ever being held.
-    """
-    coding = resp.headers.get("content-encoding") or "none"
+async def read_body(raw: AsyncIterator[bytes], encodings: Sequence[str], limit: int, status: int) -> bytes:
+    """The body decoded from its `raw` chunks, cut with TooLarge once it (or what is received) passes
+    `limit` bytes. Decoding goes a bounded piece at a time, so a compression bomb is never held."""
+    coding = ", ".join(encodings) or "none"
     pieces: list[bytes] = []
     received = size = 0
 
@@ -192,26 +196,25 @@ async def _read_body(resp: httpx.Response, limit: int) -> bytes:
         if size > limit:
             raise TooLarge(
                 f"body exceeds max_body_bytes {limit} once decoded (Content-Encoding: {coding[:40]})",
-                status_code=resp.status_code,
+                status_code=status,
             )
         pieces.append(piece)
 
     try:
-        decoder = decoder_for(resp.headers.get_list("content-encoding"))
-        async for raw in resp.aiter_raw():
-            received += len(raw)
+        decoder = decoder_for(encodings)
+        async for chunk in raw:
+            received += len(chunk)
             if received > limit:
-                raise TooLarge(f"body exceeds max_body_bytes {limit}", status_code=resp.status_code)
-            for piece in decoder.feed(raw):
+                raise TooLarge(f"body exceeds max_body_bytes {limit}", status_code=status)
+            for piece in decoder.feed(chunk):
                 keep(piece)
         for piece in decoder.flush():
             keep(piece)
     except decode_errors() as exc:
         raise BadResponse(
-            f"body does not decode as its Content-Encoding {coding[:40]!r} says ({exc})",
-            status_code=resp.status_code,
+            f"body does not decode as its Content-Encoding {coding[:40]!r} says ({exc})", status_code=status
         ) from None
     except BadResponse as exc:
-        exc.status_code = resp.status_code
+        exc.status_code = status
         raise
     return b"".join(pieces)
