@@ -48,7 +48,7 @@ def config(spec: SiteSpec, site: Path, state: Path) -> str:
         f"    }}"
         for host in spec.hosts
     )
-    # The open-file cache keeps a descriptor per cached page: room for every page of the site.
+    # The open-file cache keeps a descriptor per cached page: keep it well under the descriptor limit.
     return f"""{user}worker_processes 1;
 worker_rlimit_nofile 65536;
 pid {state}/nginx.pid;
@@ -67,7 +67,7 @@ http {{
     tcp_nopush on;
     keepalive_timeout 65;
     keepalive_requests 1000000;
-    open_file_cache max=50000 inactive=120s;
+    open_file_cache max=8000 inactive=120s;
     client_body_temp_path {state}/client_body;
     proxy_temp_path {state}/proxy;
     fastcgi_temp_path {state}/fastcgi;
