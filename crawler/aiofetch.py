@@ -16,9 +16,8 @@ from yarl import URL
 
 from crawler.config import CrawlConfig, Rules
 from crawler.connect import AddressPolicy, GuardedBackend, GuardedResolver
-from crawler.decoding import ACCEPT_ENCODING
 from crawler.errors import BadResponse, ConnectFailed, FetchError, Refused, TooLarge
-from crawler.fetch import HTML_TYPES, REDIRECTS, FollowingFetcher, read_body
+from crawler.fetch import HTML_TYPES, REDIRECTS, FollowingFetcher, read_body, request_headers
 
 MAX_HEADER_BYTES = 65_536
 
@@ -37,12 +36,7 @@ class AiohttpFetcher(FollowingFetcher):
         )
         self._session = aiohttp.ClientSession(
             connector=connector,
-            headers={
-                "User-Agent": config.user_agent,
-                "Accept": "text/html,*/*;q=0.5",
-                # Only what crawler.decoding undoes with bounded memory.
-                "Accept-Encoding": ACCEPT_ENCODING,
-            },
+            headers=request_headers(config),
             auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=None),  # the whole-fetch deadline bounds it all
             trust_env=False,

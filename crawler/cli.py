@@ -42,10 +42,9 @@ EXIT_INTERRUPTED = 130
 log = logging.getLogger("crawler")
 
 
-class _Redacting(logging.Filter):
+class _QuietReconnects(logging.Filter):
+    # Passwords are the formatters' to hide (logs.formatter redacts every whole line).
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = redact(record.getMessage())
-        record.args = None
         if record.name.startswith(("aiormq", "aio_pika")):
             # A dropped broker connection is expected and recovered from: one line, not a traceback.
             record.exc_info = None
@@ -55,7 +54,7 @@ class _Redacting(logging.Filter):
 
 def _setup_logging(verbose: bool, fmt: str = "text") -> None:
     handler = logs.StderrHandler()
-    handler.addFilter(_Redacting())
+    handler.addFilter(_QuietReconnects())
     handler.setFormatter(logs.formatter(fmt))
     logging.captureWarnings(True)
     root = logging.getLogger()

@@ -84,6 +84,16 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
         )
 
 
+def request_headers(config: CrawlConfig) -> dict[str, str]:
+    """The headers every fetch sends, whatever the transport."""
+    return {
+        "User-Agent": config.user_agent,
+        "Accept": "text/html,*/*;q=0.5",
+        # Only what crawler.decoding undoes with bounded memory.
+        "Accept-Encoding": ACCEPT_ENCODING,
+    }
+
+
 class FollowingFetcher:
     """The redirect and deadline logic every transport shares; a transport supplies `_get`."""
 
@@ -139,12 +149,7 @@ class HttpFetcher(FollowingFetcher):
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=32)
         self._client = httpx.AsyncClient(
             transport=_GuardedTransport(backend, limits),
-            headers={
-                "User-Agent": config.user_agent,
-                "Accept": "text/html,*/*;q=0.5",
-                # Only what crawler.decoding undoes with bounded memory.
-                "Accept-Encoding": ACCEPT_ENCODING,
-            },
+            headers=request_headers(config),
             follow_redirects=False,
             timeout=None,  # the whole-fetch deadline below bounds every phase together
             trust_env=False,
