@@ -70,12 +70,17 @@ def _extract(frame: Frame) -> str:
 
 
 # Innermost match wins. Each rule: a file fragment and the activity (or a function naming it).
+FETCH = "fetch (aiohttp or httpx, the address guard, decoding)"
+REDIS = "Redis calls (dedup claim and confirm, rate token, quota)"
+
 _RULES: tuple[tuple[str, str], ...] = (
     ("crawler/extract.py", "extract"),
     ("crawler/urls.py", "canonicalise + fingerprint (crawler.urls, w3lib)"),
     ("w3lib/", "canonicalise + fingerprint (crawler.urls, w3lib)"),
-    ("crawler/dedup.py", "Redis dedup (claim, confirm)"),
-    ("/redis/", "Redis dedup (claim, confirm)"),
+    ("crawler/dedup.py", REDIS),
+    ("crawler/quota.py", REDIS),
+    ("crawler/ratelimit.py", REDIS),
+    ("/redis/", REDIS),
     ("sqlalchemy/", "SQLite sink (upsert, commit)"),
     ("sqlite3/", "SQLite sink (upsert, commit)"),
     ("crawler/sink.py", "SQLite sink (upsert, commit)"),
@@ -83,12 +88,17 @@ _RULES: tuple[tuple[str, str], ...] = (
     ("aio_pika/", "amqp"),
     ("aiormq/", "amqp"),
     ("pamqp/", "amqp"),
-    ("httpx/", "fetch (httpx, httpcore, h11)"),
-    ("httpcore/", "fetch (httpx, httpcore, h11)"),
-    ("h11/", "fetch (httpx, httpcore, h11)"),
-    ("anyio/", "fetch (httpx, httpcore, h11)"),
-    ("crawler/fetch.py", "fetch (httpx, httpcore, h11)"),
-    ("crawler/connect.py", "fetch (httpx, httpcore, h11)"),
+    ("aiohttp/", FETCH),
+    ("multidict/", FETCH),
+    ("yarl/", FETCH),
+    ("httpx/", FETCH),
+    ("httpcore/", FETCH),
+    ("h11/", FETCH),
+    ("anyio/", FETCH),
+    ("crawler/aiofetch.py", FETCH),
+    ("crawler/fetch.py", FETCH),
+    ("crawler/connect.py", FETCH),
+    ("crawler/decoding.py", FETCH),
     ("tenacity/", "tenacity (retry wrappers)"),
     ("logging/", "logging"),
     ("crawler/router.py", "router's own code"),

@@ -12,11 +12,11 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aio_pika.abc import (
     AbstractChannel,
@@ -49,11 +49,13 @@ from crawler.sink import PageRecord, Sink
 from crawler.urls import canonicalise, fingerprint, host_of
 from crawler.visit import Visitor
 
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 pages_log = logging.getLogger("crawler.pages")  # one line per page outcome: verbose
 
 DRAIN_POLL = 0.25  # seconds between checks for an empty frontier in burst mode
 CONFIG_POLL = 1.0  # seconds between checks of domains.yaml for an edit
+SHORT_RETRY_WAIT = 0.2  # seconds before the first retry of a failed store or publish; then doubling
 EXIT_ABORTED = 3  # a second signal: exit at once, unacked messages go back to their queues
 
 
@@ -267,16 +269,13 @@ class Consumer:
         self.router.scope(canonicalise(url, tracking=self.config.dropped_params))
 
     async def _store(self, record: PageRecord) -> None:
-        async for attempt in _short_retries(SinkError):
-            with attempt:
-                await self._writes.store(record)
+        await _short_retries(SinkError, lambda: self._writes.store(record))
 
     async def _route(self, links: Sequence[str], depth: int, parent: str) -> Routed:
-        routed = Routed()
-        async for attempt in _short_retries(PublishFailed):
-            with attempt:
-                routed = await self.router.route(links, depth=depth, claimant=fingerprint(parent))
-        return routed
+        claimant = fingerprint(parent)
+        return await _short_retries(
+            PublishFailed, lambda: self.router.route(links, depth=depth, claimant=claimant)
+        )
 
     # -- the failure paths ------------------------------------------------------------------------
 
@@ -454,13 +453,23 @@ class Consumer:
         self.stop()
 
 
-def _short_retries(kind: type[Exception]) -> AsyncRetrying:
-    return AsyncRetrying(
-        stop=stop_after_attempt(3),
-        wait=wait_exponential(multiplier=0.2, max=2),
+async def _short_retries(kind: type[Exception], call: Callable[[], Awaitable[T]]) -> T:
+    """`call()`, tried up to three times while it raises `kind`: a brief outage of the database or broker."""
+    try:
+        return await call()
+    except kind:
+        # Building tenacity's machinery costs more per message than the rest of this wrapper: only
+        # a call that failed pays for it.
+        await asyncio.sleep(SHORT_RETRY_WAIT)
+    async for attempt in AsyncRetrying(
+        stop=stop_after_attempt(2),
+        wait=wait_exponential(multiplier=SHORT_RETRY_WAIT * 2, max=2),
         retry=retry_if_exception_type(kind),
         reraise=True,
-    )
+    ):
+        with attempt:
+            return await call()
+    raise AssertionError("unreachable: tenacity reraises the last failure")
 
 
 def _attempts(message: AbstractIncomingMessage) -> int:

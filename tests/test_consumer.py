@@ -7,15 +7,17 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aio_pika
 import pytest
 import sqlalchemy as sa
 
+from crawler import consumer as consumer_module
 from crawler import crawl
 from crawler.config import load_config
+from crawler.errors import SinkError
 from crawler.names import HEADER_REASON, Names
 from crawler.settings import Settings
 from crawler.sink import engine_url
@@ -235,3 +237,28 @@ async def test_edits_of_domains_yaml_reach_a_running_consumer(
         worker.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(worker.wait, 60) == 0
     assert "configuration reloaded" in log.read_text()
+
+
+async def test_a_failing_store_or_publish_is_tried_three_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consumer_module, "SHORT_RETRY_WAIT", 0.001)
+    calls: list[int] = []
+
+    def failing(times: int) -> Callable[[], Awaitable[str]]:
+        async def call() -> str:
+            calls.append(1)
+            if len(calls) <= times:
+                raise SinkError("database away")
+            return "stored"
+
+        return call
+
+    assert await consumer_module._short_retries(SinkError, failing(2)) == "stored"
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(SinkError):
+        await consumer_module._short_retries(SinkError, failing(3))
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(SinkError):  # not the kind it retries: raised at once
+        await consumer_module._short_retries(ValueError, failing(1))
+    assert len(calls) == 1
