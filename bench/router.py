@@ -2,17 +2,18 @@
 
 python -m bench.router [--urls N] [--what-if] [--loop uvloop|asyncio]
 
-Four ways, each on distinct URLs of the bench site's 4 hosts (so 4 domain queues of 10 priority
+Five ways, each on distinct URLs of the bench site's 4 hosts (so 4 domain queues of 10 priority
 levels), into a fresh vhost and key prefix:
 - `route x1`: one page's links (a batch of 40) at a time, as one page's handler does;
 - `route x16`: 16 such batches at once, as a consumer with many pages in flight does;
 - `aio-pika only x16`: the same messages published one by one with aio-pika's `exchange.publish`
   (no canonicalising, no Redis), as the router did before crawler.publisher;
-- `publisher only x16`: the same batches through crawler.publisher alone: the ceiling of `route`.
+- `publisher only x1`, `x16`: the same batches through crawler.publisher alone: the ceilings of
+  `route x1` (the broker's confirm latency, a batch at a time) and `route x16`.
 
 With --what-if, what the broker's side costs, each through crawler.publisher x16 into queues of its
-own bound to an exchange of its own: 1 instead of 4 queues, 5, 2 or 1 priority levels instead of 10,
-no priority at all, and transient messages. The routed messages are counted in their queues after
+own bound to an exchange of its own as the domain queues are: 1 queue instead of 4, 5 or 2 priority
+levels instead of 10, no priority at all, and transient messages. The routed messages are counted in their queues after
 every way (a mismatch is reported) and purged, so every way starts on empty queues.
 """
 
@@ -61,21 +62,31 @@ class Measured:
     redis_cpu: float
     queued: int  # messages found in the way's queues afterwards
 
-    def row(self) -> str:
-        """One line of the report."""
+    def row(self, rabbitmq_background: float) -> str:
+        """One line of the report; `rabbitmq_background` is others' use of the broker, in cores."""
         rate = self.publishes / self.seconds
         per = 1000 / self.publishes
+        net = self.rabbitmq_cpu - rabbitmq_background * self.seconds
         return (
             f"{self.label:<22} {self.publishes:>7} {self.seconds:>8.2f} {rate:>10.0f}"
-            f" {self.cpu * per:>12.3f} {self.rabbitmq_cpu * per:>12.3f} {self.redis_cpu * per:>9.3f}"
-            f" {self.rabbitmq_cpu / self.seconds:>10.2f}"
+            f" {self.cpu * per:>12.3f} {self.rabbitmq_cpu * per:>12.3f} {net * per:>10.3f}"
+            f" {self.rabbitmq_cpu / self.seconds:>8.2f} {self.redis_cpu * per:>9.3f}"
         )
 
 
 HEADER = (
     f"{'way':<22} {'publishes':>7} {'seconds':>8} {'publish/s':>10}"
-    f" {'proc ms/pub':>12} {'rabbit ms/pub':>12} {'redis ms/pub':>9} {'rabbit cores':>10}"
+    f" {'proc ms/pub':>12} {'rabbit ms/pub':>12} {'- others':>10} {'rabbit cores':>8} {'redis ms/pub':>9}"
 )
+BACKGROUND_SECONDS = 3.0
+
+
+def background() -> dict[str, float]:
+    """The shared services' CPU use, in cores, while this bench is not running (others' load)."""
+    before = service_cpu()
+    time.sleep(BACKGROUND_SECONDS)
+    after = service_cpu()
+    return {k: (after[k] - before[k]) / BACKGROUND_SECONDS for k in after}
 
 
 def _cpu() -> float:
@@ -162,14 +173,14 @@ async def _what_if(
     for n in range(queues):
         queue = await channel.declare_queue(f"{prefix}.{label}.{n}", durable=True, arguments=arguments)
         for host in spec.hosts[n::queues]:
-            await queue.bind(exchange, host)
+            await queue.bind(exchange, f"#.{host}")  # as a domain queue is bound
         names.append(queue.name)
     publisher = Publisher(exchange) if mode == DeliveryMode.PERSISTENT else _Transient(exchange)
     return Way(label, 16, _through(publisher), channel, tuple(names))
 
 
 async def bench(urls: int, what_if: bool = False) -> list[Measured]:
-    """Measure the four ways (ten with `what_if`), `urls` publishes each."""
+    """Measure the five ways (eleven with `what_if`), `urls` publishes each."""
     spec = SiteSpec()
     config: CrawlConfig = parse_config(yaml.safe_dump(crawler_config(spec)), "bench")
     results = []
@@ -201,6 +212,7 @@ async def bench(urls: int, what_if: bool = False) -> list[Measured]:
                 Way("route x1", 1, route, channel, domain_queues),
                 Way("route x16", 16, route, channel, domain_queues),
                 Way("aio-pika only x16", 16, aio_pika_only, channel, domain_queues),
+                Way("publisher only x1", 1, _through(Publisher(exchange)), channel, domain_queues),
                 Way("publisher only x16", 16, _through(Publisher(exchange)), channel, domain_queues),
             ]
             if what_if:
@@ -242,10 +254,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="event loop (default %(default)s, as the crawler's processes run)",
     )
     args = parser.parse_args(argv)
+    before = background()
     results = _runner(args.loop)(bench(args.urls, args.what_if))
+    after = background()
+    others = {k: (before[k] + after[k]) / 2 for k in before}
+    print(
+        "others' CPU on the shared services, before and after the run: "
+        + ", ".join(f"{k} {before[k]:.2f} and {after[k]:.2f} cores" for k in ("rabbitmq", "redis"))
+    )
     print(HEADER)
     for r in results:
-        print(r.row())
+        print(r.row(others["rabbitmq"]))
     for r in results:
         if r.queued != r.publishes:
             print(f"note: {r.label}: {r.publishes} confirmed but {r.queued} found in its queues")

@@ -113,10 +113,9 @@ class Router:
                 continue
             fp = fingerprint(url)
             candidates.setdefault(fp, _Candidate(url, host, domain, fp))
-        full = await self._quota.full(
-            {c.domain for c in candidates.values() if c.domain},
-            {d: self.config.rules_for(d).max_pages for d in self.config.domains},
-        )
+        domains = {c.domain for c in candidates.values() if c.domain}
+        # Limits of this batch's domains only: a crawl may configure a thousand.
+        full = await self._quota.full(domains, {d: self.config.rules_for(d).max_pages for d in domains})
         if full:
             kept = {fp: c for fp, c in candidates.items() if c.domain not in full}
             result.over_quota = len(candidates) - len(kept)
