@@ -13,8 +13,10 @@ levels), into a fresh vhost and key prefix:
 
 With --what-if, what the broker's side costs, each through crawler.publisher x16 into queues of its
 own bound to an exchange of its own as the domain queues are: 1 queue instead of 4, 5 or 2 priority
-levels instead of 10, no priority at all, and transient messages. The routed messages are counted in their queues after
-every way (a mismatch is reported) and purged, so every way starts on empty queues.
+levels instead of 10, no priority at all, and transient messages. The routed messages are counted in
+their queues after every way (a mismatch is reported) and purged, so every way starts on empty queues.
+The broker is shared: its CPU while the bench is not running (before and after) is taken as others'
+and subtracted in the `- others` column.
 """
 
 from __future__ import annotations
