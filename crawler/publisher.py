@@ -30,6 +30,7 @@ _FRAME = struct.Struct(">BHI")
 _HEADER = struct.Struct(">BHIHHQ")
 _HEADER_FIXED = 12  # class id, weight, body size
 _MAX_CACHED_KEYS = 10_000
+MAX_ROUTING_KEY = 255  # bytes: AMQP's short string
 
 
 class NotConfirmed(CrawlerError):

@@ -14,7 +14,7 @@ from crawler.dedup import SeenStore
 from crawler.errors import BadURL, CrawlerError
 from crawler.message import CrawlMessage
 from crawler.names import MAX_PRIORITY
-from crawler.publisher import Outgoing, Publisher
+from crawler.publisher import MAX_ROUTING_KEY, Outgoing, Publisher
 from crawler.quota import PageQuota
 from crawler.traps import trap
 from crawler.urls import canonical_link, canonicalise, fingerprint, host_of
@@ -99,6 +99,9 @@ class Router:
                 result.invalid += 1
                 continue
             host = host_of(url)
+            if len(host) > MAX_ROUTING_KEY:  # the host is the routing key; DNS names stop at 253
+                result.invalid += 1
+                continue
             try:
                 domain = self.scope(url, host)
             except BadURL:

@@ -80,6 +80,16 @@ async def test_route_canonicalises_scopes_dedups_and_publishes(
     assert again.published == [] and again.seen == 1
 
 
+async def test_a_host_too_long_for_a_routing_key_is_invalid_not_a_failed_publish(
+    channel: aio_pika.abc.AbstractChannel, redis: Redis, prefix: str
+) -> None:
+    names, config = Names(prefix), parse_config(CONFIG)
+    router = await _router(channel, redis, names, config)
+    long = "http://" + "a" * 250 + ".shop.test/x"  # in scope, but no AMQP routing key holds its host
+    routed = await router.route([long, "http://shop.test/y"], depth=1, claimant=b"p")
+    assert routed.published == ["http://shop.test/y"] and routed.invalid == 1
+
+
 async def test_depth_limit_is_per_domain(
     channel: aio_pika.abc.AbstractChannel, redis: Redis, prefix: str
 ) -> None:
