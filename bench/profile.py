@@ -53,7 +53,7 @@ def _has(stack: Stack, file_part: str, func: str | None = None) -> bool:
 
 
 def _amqp(stack: Stack) -> str:
-    if _has(stack, "crawler/router.py", "_publish"):
+    if _has(stack, "crawler/publisher.py"):
         return "AMQP publish + confirm (router)"
     if _has(stack, "aio_pika/message.py", "ack"):
         return "AMQP ack"
@@ -88,6 +88,7 @@ _RULES: tuple[tuple[str, str], ...] = (
     ("aio_pika/", "amqp"),
     ("aiormq/", "amqp"),
     ("pamqp/", "amqp"),
+    ("crawler/publisher.py", "amqp"),
     ("aiohttp/", FETCH),
     ("multidict/", FETCH),
     ("yarl/", FETCH),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Iterable
@@ -13,8 +12,9 @@ from aio_pika.abc import AbstractExchange
 from crawler.config import CrawlConfig, Rules
 from crawler.dedup import SeenStore
 from crawler.errors import BadURL, CrawlerError
-from crawler.message import CrawlMessage, persistent
+from crawler.message import CrawlMessage
 from crawler.names import MAX_PRIORITY
+from crawler.publisher import MAX_ROUTING_KEY, Outgoing, Publisher
 from crawler.quota import PageQuota
 from crawler.traps import trap
 from crawler.urls import canonical_link, canonicalise, fingerprint, host_of
@@ -52,6 +52,7 @@ class Routed:
 @dataclass(frozen=True, slots=True)
 class _Candidate:
     url: str
+    host: str
     domain: str | None
     fingerprint: bytes
 
@@ -63,13 +64,13 @@ class Router:
         self, config: CrawlConfig, exchange: AbstractExchange, seen: SeenStore, quota: PageQuota
     ) -> None:
         self.config = config
-        self._exchange = exchange
+        self._publisher = Publisher(exchange)
         self._seen = seen
         self._quota = quota
 
-    def scope(self, url: str) -> str | None:
-        """The configured domain of a canonical URL; raise BadURL if it is out of scope."""
-        domain = self.config.domain_of(host_of(url))
+    def scope(self, url: str, host: str | None = None) -> str | None:
+        """The configured domain of a canonical URL (of `host`, if known); BadURL if it is out of scope."""
+        domain = self.config.domain_of(host_of(url) if host is None else host)
         if domain is None and not self.config.follow_other_domains:
             raise BadURL(f"{url}: host is not in any configured domain of domains.yaml")
         return domain
@@ -90,17 +91,19 @@ class Router:
         """
         result = Routed()
         candidates: dict[bytes, _Candidate] = {}
+        dropped = self.config.dropped_params  # a property building a tuple: once per batch
         for raw in urls:
             try:
-                if base is None:
-                    url = canonical_link(raw, self.config.dropped_params)
-                else:
-                    url = canonicalise(raw, base, self.config.dropped_params)
+                url = canonical_link(raw, dropped) if base is None else canonicalise(raw, base, dropped)
             except BadURL:
                 result.invalid += 1
                 continue
+            host = host_of(url)
+            if len(host) > MAX_ROUTING_KEY:  # the host is the routing key; DNS names stop at 253
+                result.invalid += 1
+                continue
             try:
-                domain = self.scope(url)
+                domain = self.scope(url, host)
             except BadURL:
                 result.out_of_scope += 1
                 continue
@@ -112,11 +115,10 @@ class Router:
                 result.traps += 1
                 continue
             fp = fingerprint(url)
-            candidates.setdefault(fp, _Candidate(url, domain, fp))
-        full = await self._quota.full(
-            {c.domain for c in candidates.values() if c.domain},
-            {d: self.config.rules_for(d).max_pages for d in self.config.domains},
-        )
+            candidates.setdefault(fp, _Candidate(url, host, domain, fp))
+        domains = {c.domain for c in candidates.values() if c.domain}
+        # Limits of this batch's domains only: a crawl may configure a thousand.
+        full = await self._quota.full(domains, {d: self.config.rules_for(d).max_pages for d in domains})
         if full:
             kept = {fp: c for fp, c in candidates.items() if c.domain not in full}
             result.over_quota = len(candidates) - len(kept)
@@ -124,21 +126,21 @@ class Router:
         fresh = await self._seen.claim(list(candidates), claimant)
         todo = [c for c, new in zip(candidates.values(), fresh, strict=True) if new]
         result.seen = len(candidates) - len(todo)
-        outcomes = await asyncio.gather(
-            *(self._publish(c, depth, priority) for c in todo), return_exceptions=True
-        )
-        failed = [c for c, o in zip(todo, outcomes, strict=True) if isinstance(o, BaseException)]
-        done = [c for c, o in zip(todo, outcomes, strict=True) if not isinstance(o, BaseException)]
+        try:
+            outcomes = await self._publisher.publish([self._message(c, depth, priority) for c in todo])
+        except Exception as exc:  # nothing was sent (e.g. the channel is closed)
+            outcomes = [exc] * len(todo)
+        failed = [c for c, o in zip(todo, outcomes, strict=True) if o is not None]
+        done = [c for c, o in zip(todo, outcomes, strict=True) if o is None]
         await self._seen.confirm([c.fingerprint for c in done])
         result.published = [c.url for c in done]
         if failed:
             await self._seen.release([c.fingerprint for c in failed])
-            first = next(o for o in outcomes if isinstance(o, BaseException))
+            first = next(o for o in outcomes if o is not None)
             raise PublishFailed(f"{len(failed)} of {len(todo)} publishes were not confirmed ({first!r})")
         return result
 
-    async def _publish(self, c: _Candidate, depth: int, priority: int | None) -> None:
+    def _message(self, c: _Candidate, depth: int, priority: int | None) -> Outgoing:
         if priority is None:
             priority = priority_for(c.url, depth, self.config.rules_for(c.domain))
-        message = CrawlMessage(c.url, depth)
-        await self._exchange.publish(persistent(message.encode(), priority), routing_key=host_of(c.url))
+        return Outgoing(c.host, CrawlMessage(c.url, depth).encode(), priority)

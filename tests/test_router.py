@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -79,6 +80,16 @@ async def test_route_canonicalises_scopes_dedups_and_publishes(
     assert again.published == [] and again.seen == 1
 
 
+async def test_a_host_too_long_for_a_routing_key_is_invalid_not_a_failed_publish(
+    channel: aio_pika.abc.AbstractChannel, redis: Redis, prefix: str
+) -> None:
+    names, config = Names(prefix), parse_config(CONFIG)
+    router = await _router(channel, redis, names, config)
+    long = "http://" + "a" * 250 + ".shop.test/x"  # in scope, but no AMQP routing key holds its host
+    routed = await router.route([long, "http://shop.test/y"], depth=1, claimant=b"p")
+    assert routed.published == ["http://shop.test/y"] and routed.invalid == 1
+
+
 async def test_depth_limit_is_per_domain(
     channel: aio_pika.abc.AbstractChannel, redis: Redis, prefix: str
 ) -> None:
@@ -117,6 +128,45 @@ async def test_unconfirmed_publishes_release_their_urls(amqp_url: str, redis: Re
         router = await _router(channel, redis, names, config)
         routed = await router.route(["http://shop.test/lost"], depth=1, claimant=b"q")
         assert routed.published == ["http://shop.test/lost"]
+
+
+async def test_publishes_the_broker_refuses_release_their_claims_and_raise(
+    channel: aio_pika.abc.AbstractChannel, redis: Redis, prefix: str
+) -> None:
+    names, config = Names(prefix), parse_config(CONFIG)
+    router = await _router(channel, redis, names, config)
+    # A second queue for shop.test that takes nothing: the broker nacks what is routed to it.
+    full = await channel.declare_queue(
+        f"{prefix}.full", arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
+    )
+    await full.bind(names.frontier, "#.shop.test")
+    links = ["http://books.test/ok", "http://shop.test/a", "http://shop.test/b"]
+    with pytest.raises(PublishFailed, match="2 of 3 publishes were not confirmed"):
+        await router.route(links, depth=1, claimant=b"p")
+    seen = SeenStore(redis, names.seen_key)
+    # The confirmed one is done for everybody; the refused ones are free for another page to route.
+    assert await seen.claim([fingerprint(u) for u in links], b"q") == [False, True, True]
+    await seen.release([fingerprint(u) for u in links[1:]])
+    await full.unbind(names.frontier, "#.shop.test")
+    routed = await router.route(links, depth=1, claimant=b"q")
+    assert sorted(routed.published) == links[1:] and routed.seen == 1
+
+
+async def test_the_router_publishes_again_once_its_robust_channel_is_reopened(
+    amqp_url: str, redis: Redis, prefix: str
+) -> None:
+    names, config = Names(prefix), parse_config(CONFIG)
+    async with await aio_pika.connect_robust(amqp_url) as connection:
+        channel = await connection.channel(publisher_confirms=True)
+        router = await _router(channel, redis, names, config)
+        reopened = asyncio.Event()
+        channel.reopen_callbacks.add(lambda *_: reopened.set())
+        with pytest.raises(aio_pika.exceptions.ChannelNotFoundEntity):
+            await channel.declare_queue("no-such-queue", passive=True)
+        await reopened.wait()
+        routed = await router.route(["http://shop.test/after"], depth=1, claimant=b"p")
+        assert routed.published == ["http://shop.test/after"]
+        assert len(await _drain(channel, names.domain_queue("shop.test"))) == 1
 
 
 async def test_a_pages_links_are_confirmed_concurrently(
