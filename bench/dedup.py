@@ -4,10 +4,11 @@ python -m bench.dedup [--urls N] [--mode plain,compact,bloom] [--capacity C] [--
 
 For each mode, under a fresh key prefix: claims and confirms N distinct fingerprints through
 crawler.dedup.SeenStore in batches of B (a page's links, as routing does), then reads MEMORY USAGE
-of every key of the store (exact for those keys) and the change in INFO memory's used_memory (the
-whole server: other users of a shared Redis add noise to it). Then it claims N other URLs, never
-inserted, as another page would: each one refused is a false positive (a URL the crawl would never
-fetch), and releases them. The store is sized for C URLs (default N).
+of every key of the store (exact for those keys) and how much INFO memory's used_memory grew while
+filling (the whole server: other users of a shared Redis add noise to it). Then it claims N other
+URLs, never inserted, as another page would: each one refused is a false positive (a URL the crawl
+would never fetch), and releases them. Last, it deletes the store's keys and reads how much
+used_memory fell (a short window, so less noise). The store is sized for C URLs (default N).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ class Measured:
     keys: int
     encodings: str
     key_bytes: int  # MEMORY USAGE summed over the store's keys
-    used_memory_delta: int  # INFO memory used_memory, after minus before
+    used_memory_delta: int  # INFO memory used_memory, after filling minus before
+    freed: int  # used_memory before deleting the store's keys minus after (one DEL: less noise)
     seconds: float  # claim + confirm of `urls`
     probe_seconds: float
     false_positives: int  # of `urls` other URLs claimed, those refused
@@ -51,8 +53,8 @@ class Measured:
 
 
 HEADER = (
-    f"{'mode':<8} {'MEMORY USAGE':>14} {'B/URL':>6} {'used_memory Δ':>14} {'B/URL':>6} "
-    f"{'fill s':>7} {'probe s':>7} {'false positives':>22}  keys (encoding)"
+    f"{'mode':<8} {'MEMORY USAGE':>13} {'B/URL':>6} {'grew B/URL':>10} {'freed B/URL':>11} "
+    f"{'fill s':>6} {'probe s':>7} {'false positives':>18}  keys (encoding)"
 )
 
 
@@ -61,8 +63,8 @@ def line(m: Measured) -> str:
     rate = m.false_positives / m.urls
     fp = f"{m.false_positives} = {100 * rate:.4f}%"
     return (
-        f"{m.mode:<8} {m.key_bytes:>14,} {m.key_bytes / m.urls:>6.2f} {m.used_memory_delta:>14,} "
-        f"{m.used_memory_delta / m.urls:>6.2f} {m.seconds:>7.1f} {m.probe_seconds:>7.1f} {fp:>22}  "
+        f"{m.mode:<8} {m.key_bytes:>13,} {m.key_bytes / m.urls:>6.2f} {m.used_memory_delta / m.urls:>10.2f} "
+        f"{m.freed / m.urls:>11.2f} {m.seconds:>6.1f} {m.probe_seconds:>7.1f} {fp:>18}  "
         f"{m.keys} ({m.encodings})"
     )
 
@@ -137,6 +139,10 @@ async def bench_mode(client: Redis, mode: str, urls: int, capacity: int, batch: 
             refused += fresh.count(False)
             await store.release([fp for fp, new in zip(fps, fresh, strict=True) if new])
         probe_seconds = time.monotonic() - started
+        before_delete = await _used_memory(client)
+        for i in range(0, len(keys), 1000):
+            await client.delete(*keys[i : i + 1000])
+        freed = before_delete - await _used_memory(client)
         return Measured(
             mode,
             store.layout,
@@ -145,6 +151,7 @@ async def bench_mode(client: Redis, mode: str, urls: int, capacity: int, batch: 
             ", ".join(f"{n} {e}" for e, n in encodings.most_common()),
             key_bytes,
             after - before,
+            freed,
             seconds,
             probe_seconds,
             refused,

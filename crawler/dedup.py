@@ -117,17 +117,22 @@ end
 return redis.call('HINCRBY', KEYS[1], 'count', added)
 """
 
-# Bit offsets by double hashing, h1 + j * h2 mod bits: exact in Lua's doubles (h1, h2 < 2^32).
+# BITFIELD arguments probing a URL's k bits, offsets by double hashing: h1 + j * h2 mod bits, exact
+# in Lua's doubles (h1, h2 < 2^32). One table per script call, its offsets rewritten for each URL.
 _PROBES = """
-local function probes(op, h1, h2, k, bits)
-  local args = {}
+local function prober(op, k)
+  local args, step = {}, op == 'SET' and 4 or 3
   for j = 0, k - 1 do
-    args[#args + 1] = op
-    args[#args + 1] = 'u1'
-    args[#args + 1] = (h1 + j * h2) % bits
-    if op == 'SET' then args[#args + 1] = 1 end
+    args[j * step + 1] = op
+    args[j * step + 2] = 'u1'
+    if op == 'SET' then args[j * step + 4] = 1 end
   end
-  return args
+  return function(h1, h2, bits)
+    for j = 0, k - 1 do
+      args[j * step + 3] = (h1 + j * h2) % bits
+    end
+    return args
+  end
 end
 """
 
@@ -139,11 +144,12 @@ _BLOOM_CLAIM = (
     + _PROBES
     + """
 local k, bits = tonumber(ARGV[3]), tonumber(ARGV[4])
+local probes = prober('GET', k)
 local out = {}
 for i = 1, (#ARGV - 4) / 3 do
   local at = 2 + 3 * i
   local got = redis.call('BITFIELD_RO', KEYS[3 + i],
-    unpack(probes('GET', tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), k, bits)))
+    unpack(probes(tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), bits)))
   local all = 1
   for _, bit in ipairs(got) do
     if bit == 0 then all = 0 break end
@@ -166,6 +172,7 @@ _BLOOM_CONFIRM = (
     _PROBES
     + """
 local k, bits = tonumber(ARGV[1]), tonumber(ARGV[2])
+local probes = prober('SET', k)
 local added = 0
 local whole = {}
 for i = 1, (#ARGV - 2) / 3 do
@@ -178,7 +185,7 @@ for i = 1, (#ARGV - 2) / 3 do
     end
   end
   local old = redis.call('BITFIELD', key,
-    unpack(probes('SET', tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), k, bits)))
+    unpack(probes(tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), bits)))
   for _, bit in ipairs(old) do
     if bit == 0 then added = added + 1 break end
   end
