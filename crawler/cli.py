@@ -22,7 +22,7 @@ from rich.console import Console
 
 from crawler import crawl, dead, logs
 from crawler.background import background
-from crawler.config import CrawlConfig, load_config
+from crawler.config import CrawlConfig, load_config, with_dedup_mode
 from crawler.consumer import DomainStats
 from crawler.errors import CrawlerError
 from crawler.metrics import Metrics
@@ -112,7 +112,7 @@ def _settings_and_config(args: argparse.Namespace) -> tuple[Settings, CrawlConfi
     settings = Settings.from_env()
     if args.config:
         settings = replace(settings, config_path=args.config)
-    return settings, load_config(settings.config_path)
+    return settings, with_dedup_mode(load_config(settings.config_path), settings.dedup)
 
 
 def _domains(value: str) -> list[str]:

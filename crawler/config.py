@@ -118,6 +118,17 @@ def _valid_domain(name: str) -> str:
     return domain
 
 
+class DedupConfig(_Strict):
+    """How the seen URLs are kept in Redis (crawler/dedup.py); read once, when a process starts."""
+
+    mode: Literal["plain", "compact", "bloom"] = "plain"
+    # URLs the crawl is planned for: sizes the Bloom bitmap and the compact bucket count. More still
+    # works: compact then grows less compact, Bloom's false-positive rate rises.
+    capacity: int = Field(10_000_000, ge=1_000, le=1_000_000_000)
+    error_rate: float = Field(0.001, ge=1e-6, le=0.1)  # Bloom's false-positive rate at `capacity`
+    buckets: int | None = Field(None, ge=2, le=100_000_000)  # compact; None: capacity / 256
+
+
 class CrawlConfig(_Strict):
     """The whole of domains.yaml."""
 
@@ -140,6 +151,7 @@ class CrawlConfig(_Strict):
     user_agent: str = Field("crawler/0.1 (+https://github.com/crawler/crawler)", min_length=1)
     max_retry_after: float = Field(300.0, gt=0, le=86_400)
     fetcher: Literal["aiohttp", "httpx"] = "aiohttp"
+    dedup: DedupConfig = Field(default_factory=DedupConfig)
     domains: dict[str, DomainRules] = Field(default_factory=dict)
 
     @field_validator("resolve")
@@ -267,6 +279,17 @@ def parse_config(text: str, source: str = "<config>") -> CrawlConfig:
         return CrawlConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_format_errors(source, exc)) from None
+
+
+def with_dedup_mode(config: CrawlConfig, mode: str | None, source: str = "CRAWLER_DEDUP") -> CrawlConfig:
+    """`config` with its dedup mode set to `mode` (from the environment, overriding the file), if any."""
+    if not mode:
+        return config
+    try:
+        dedup = DedupConfig.model_validate({**config.dedup.model_dump(), "mode": mode.strip().lower()})
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(source, exc)) from None
+    return config.model_copy(update={"dedup": dedup})
 
 
 def load_config(path: str | Path) -> CrawlConfig:

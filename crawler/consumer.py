@@ -106,7 +106,7 @@ class Consumer:
         self.publishing = publishing or connection  # links, retries and dead letters go out here
         self.sink = sink
         self._writes = GroupCommit(sink)
-        self.seen = SeenStore(redis, names.seen_key)
+        self.seen = SeenStore(redis, names, config.dedup)  # its layout is chosen at start only
         self.quota = PageQuota(redis, names)
         self.visitor = Visitor(
             fetcher,

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from crawler import services
 from crawler.aiofetch import AiohttpFetcher
-from crawler.config import CrawlConfig
+from crawler.config import CrawlConfig, with_dedup_mode
 from crawler.consumer import Consumer, DomainStats
 from crawler.dedup import SeenStore
 from crawler.errors import BadURL, ConfigError
@@ -38,12 +38,15 @@ class Frontier:
 
 
 @asynccontextmanager
-async def frontier(settings: Settings, role: str) -> AsyncIterator[Frontier]:
-    """Connect to RabbitMQ and Redis."""
+async def frontier(
+    settings: Settings, role: str, config: CrawlConfig | None = None
+) -> AsyncIterator[Frontier]:
+    """Connect to RabbitMQ and Redis; the dedup store is laid out as `config` says (default: plain)."""
     async with AsyncExitStack() as stack:
         connection = await stack.enter_async_context(services.broker(settings.amqp_url, role))
         redis = await stack.enter_async_context(services.redis(settings.redis_url))
-        yield Frontier(connection, redis, SeenStore(redis, settings.names.seen_key))
+        dedup = config.dedup if config is not None else None
+        yield Frontier(connection, redis, SeenStore(redis, settings.names, dedup))
 
 
 def make_fetcher(config: CrawlConfig) -> FollowingFetcher:
@@ -87,7 +90,8 @@ async def seed(
 ) -> Routed:
     """Declare the topology and route the seed URLs."""
     seeds = check_seeds(config, urls)
-    async with frontier(settings, "crawler seed") as f:
+    config = with_dedup_mode(config, settings.dedup)
+    async with frontier(settings, "crawler seed", config) as f:
         return await _seed(f, settings, config, seeds, priority)
 
 
@@ -131,11 +135,12 @@ async def consume(
     With `config_path`, edits of that file (or SIGHUP) reconfigure the running consumer.
     """
     monitoring = monitoring or Monitoring()
+    config = with_dedup_mode(config, settings.dedup)
     chosen = check_domains(config, domains)
     canonical_seeds = check_seeds(config, seeds)
     await asyncio.to_thread(ensure_schema, settings.database_url)
     async with AsyncExitStack() as stack:
-        f = await stack.enter_async_context(frontier(settings, role))
+        f = await stack.enter_async_context(frontier(settings, role, config))
         # Publishing on its own connection: RabbitMQ throttles a connection that publishes faster
         # than its queues take, and on a shared one that would hold up deliveries and acks too.
         publishing = await stack.enter_async_context(services.broker(settings.amqp_url, f"{role} publisher"))
@@ -159,6 +164,7 @@ async def consume(
             metrics=monitoring.metrics,
             publishing=publishing,
         )
+        await consumer.seen.check()  # a fleet whose processes disagree on dedup would crawl twice
         await stack.enter_async_context(monitored(monitoring, consumer, f.redis, role=role))
         if canonical_seeds:
             await _seed(f, settings, config, canonical_seeds, None)
@@ -178,6 +184,7 @@ async def reset(settings: Settings, config: CrawlConfig) -> None:
         finally:
             await channel.close()
         for pattern in settings.names.progress_patterns:
-            keys = [key async for key in f.redis.scan_iter(match=pattern)]
-            if keys:
-                await f.redis.delete(*keys)
+            # The compact dedup store alone has a key per ~256 URLs: scan and delete in big steps.
+            keys = [key async for key in f.redis.scan_iter(match=pattern, count=1000)]
+            for i in range(0, len(keys), 1000):
+                await f.redis.delete(*keys[i : i + 1000])

@@ -1,22 +1,72 @@
-"""The dedup store: fingerprints of routed URLs in Redis, shared by every process of a crawl."""
+"""The dedup store: fingerprints of routed URLs in Redis, shared by every process of a crawl.
+
+One protocol in three layouts (`dedup.mode` in domains.yaml, or CRAWLER_DEDUP). A claim stays
+*pending* under its claimant (a page's fingerprint) until its publish is confirmed: a redelivered page
+may publish its own pending links again, nobody else may; a failed publish is released, and the URL
+can be routed again.
+
+- plain: one Redis hash, fingerprint -> claimant, then DONE (~56 bytes per URL).
+- compact: exact, fingerprints spread over many small sets that Redis keeps as intsets (~9-12 bytes
+  per URL); pending claims in a small hash of their own.
+- bloom: a Bloom filter in Redis bitmaps (~1.8 bytes per URL at 0.1 %); a false positive is a URL
+  never crawled. A Bloom filter cannot forget, so pending claims live in a small hash of their own.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
-# A fingerprint's value is its claimant while its publish is unconfirmed, then DONE. A claimant
-# that comes back (a redelivered page) may publish its pending links again; nobody else may.
+from crawler.config import DedupConfig
+from crawler.errors import ConfigError
+from crawler.names import Names
+
+log = logging.getLogger(__name__)
+
+# A plain fingerprint's value is its claimant while its publish is unconfirmed, then DONE.
 DONE = b"+"
-_CLAIM = """
+# Compact: fingerprints per bucket at capacity. Redis keeps a set of integers as an intset (8 bytes a
+# member, no per-member overhead) up to `set-max-intset-entries` (512 by default), then as a hash
+# table (~50 bytes a member). At 256 on average, a bucket passes 512 with odds of about e^-99, and a
+# crawl may grow to ~1.5x its capacity before many buckets do.
+BUCKET_FILL = 256
+# Bloom: bits per bitmap key. Redis strings stop at 512 MB, and a big one is allocated, zeroed and
+# deleted in one blocking step: larger filters are split into keys of at most 64 MB.
+MAX_BLOOM_KEY_BITS = 2**29
+_MISMATCH = "crawler-dedup-layout"
+
+# Every claim first checks that the crawl's store has the layout this process expects (a fleet whose
+# processes disagree would each consult a different store, or read a bitmap with other hashes), and
+# records it on first use. KEYS[1] the meta hash, KEYS[2] the plain hash, ARGV[1] the layout.
+_CHECK = """
+local layout = redis.call('HGET', KEYS[1], 'layout')
+if not layout then
+  if ARGV[1] ~= 'plain' and redis.call('EXISTS', KEYS[2]) == 1 then
+    return redis.error_reply('MARKER plain')
+  end
+  redis.call('HSET', KEYS[1], 'layout', ARGV[1])
+elseif layout ~= ARGV[1] then
+  return redis.error_reply('MARKER ' .. layout)
+end
+""".replace("MARKER", _MISMATCH)
+
+# KEYS: meta, plain hash. ARGV: layout, claimant, fingerprints.
+_PLAIN_CLAIM = (
+    _CHECK
+    + """
 local out = {}
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local fp = ARGV[i]
-  if redis.call('HSETNX', KEYS[1], fp, ARGV[1]) == 1 then
+  if redis.call('HSETNX', KEYS[2], fp, ARGV[2]) == 1 then
     out[#out + 1] = 1
-  elseif redis.call('HGET', KEYS[1], fp) == ARGV[1] then
+  elseif redis.call('HGET', KEYS[2], fp) == ARGV[2] then
     out[#out + 1] = 1
   else
     out[#out + 1] = 0
@@ -24,33 +74,337 @@ for i = 2, #ARGV do
 end
 return out
 """
+)
+
+# Pending claims of compact and Bloom: unseen, or pending under the same claimant, is publishable.
+# KEYS[3] is the pending hash, ARGV[2] the claimant.
+_PENDING = """
+local function pending(fp)
+  if redis.call('HSETNX', KEYS[3], fp, ARGV[2]) == 1 then
+    return 1
+  elseif redis.call('HGET', KEYS[3], fp) == ARGV[2] then
+    return 1
+  end
+  return 0
+end
+"""
+
+# KEYS: meta, plain hash, pending, one bucket per fingerprint. ARGV: layout, claimant, then
+# (fingerprint, member) pairs.
+_COMPACT_CLAIM = (
+    _CHECK
+    + _PENDING
+    + """
+local out = {}
+for i = 1, (#ARGV - 2) / 2 do
+  if redis.call('SISMEMBER', KEYS[3 + i], ARGV[2 + 2 * i]) == 1 then
+    out[i] = 0
+  else
+    out[i] = pending(ARGV[1 + 2 * i])
+  end
+end
+return out
+"""
+)
+
+# KEYS: meta, pending, one bucket per fingerprint. ARGV: (fingerprint, member) pairs. Returns the count.
+_COMPACT_CONFIRM = """
+local added = 0
+for i = 1, #ARGV / 2 do
+  added = added + redis.call('SADD', KEYS[2 + i], ARGV[2 * i])
+  redis.call('HDEL', KEYS[2], ARGV[2 * i - 1])
+end
+return redis.call('HINCRBY', KEYS[1], 'count', added)
+"""
+
+# BITFIELD arguments probing a URL's k bits, offsets by double hashing: h1 + j * h2 mod bits, exact
+# in Lua's doubles (h1, h2 < 2^32). One table per script call, its offsets rewritten for each URL.
+_PROBES = """
+local function prober(op, k)
+  local args, step = {}, op == 'SET' and 4 or 3
+  for j = 0, k - 1 do
+    args[j * step + 1] = op
+    args[j * step + 2] = 'u1'
+    if op == 'SET' then args[j * step + 4] = 1 end
+  end
+  return function(h1, h2, bits)
+    for j = 0, k - 1 do
+      args[j * step + 3] = (h1 + j * h2) % bits
+    end
+    return args
+  end
+end
+"""
+
+# KEYS: meta, plain hash, pending, one bitmap per fingerprint. ARGV: layout, claimant, k, bits per
+# bitmap, then (fingerprint, h1, h2) triples.
+_BLOOM_CLAIM = (
+    _CHECK
+    + _PENDING
+    + _PROBES
+    + """
+local k, bits = tonumber(ARGV[3]), tonumber(ARGV[4])
+local probes = prober('GET', k)
+local out = {}
+for i = 1, (#ARGV - 4) / 3 do
+  local at = 2 + 3 * i
+  local got = redis.call('BITFIELD_RO', KEYS[3 + i],
+    unpack(probes(tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), bits)))
+  local all = 1
+  for _, bit in ipairs(got) do
+    if bit == 0 then all = 0 break end
+  end
+  if all == 1 then
+    out[i] = 0
+  else
+    out[i] = pending(ARGV[at])
+  end
+end
+return out
+"""
+)
+
+# KEYS: meta, pending, one bitmap per fingerprint. ARGV: k, bits per bitmap, then (fingerprint, h1,
+# h2) triples. A URL counts as added when it set a bit. Returns the count.
+# A bitmap is made whole at its first write: SETBIT would grow the string greedily (by 1 MB past
+# 1 MB), which costs ~1.3 bytes per URL at a million URLs and nothing afterwards.
+_BLOOM_CONFIRM = (
+    _PROBES
+    + """
+local k, bits = tonumber(ARGV[1]), tonumber(ARGV[2])
+local probes = prober('SET', k)
+local added = 0
+local whole = {}
+for i = 1, (#ARGV - 2) / 3 do
+  local at = 3 * i
+  local key = KEYS[2 + i]
+  if not whole[key] then
+    whole[key] = true
+    if redis.call('EXISTS', key) == 0 then
+      redis.call('SET', key, string.rep('\\0', math.ceil(bits / 8)))
+    end
+  end
+  local old = redis.call('BITFIELD', key,
+    unpack(probes(tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), bits)))
+  for _, bit in ipairs(old) do
+    if bit == 0 then added = added + 1 break end
+  end
+  redis.call('HDEL', KEYS[2], ARGV[at])
+end
+return redis.call('HINCRBY', KEYS[1], 'count', added)
+"""
+)
+
+
+def compact_buckets(config: DedupConfig) -> int:
+    """The compact store's bucket count: the configured one, else capacity / BUCKET_FILL."""
+    return config.buckets or max(2, math.ceil(config.capacity / BUCKET_FILL))
+
+
+@dataclass(frozen=True, slots=True)
+class BloomShape:
+    """A Bloom filter's size: `keys` bitmaps of `bits` bits each, `hashes` probes per URL."""
+
+    keys: int
+    bits: int
+    hashes: int
+
+    @property
+    def total_bytes(self) -> int:
+        """Memory of the bitmaps once full-grown."""
+        return self.keys * math.ceil(self.bits / 8)
+
+    def false_positive_rate(self, urls: int) -> float:
+        """The expected false-positive rate once `urls` distinct URLs are in."""
+        per_key = urls / self.keys
+        return float((1 - math.exp(-self.hashes * per_key / self.bits)) ** self.hashes)
+
+
+def bloom_shape(capacity: int, error_rate: float) -> BloomShape:
+    """The smallest Bloom filter holding `capacity` URLs at `error_rate`, split into bitmaps of at
+    most MAX_BLOOM_KEY_BITS (each a filter of its own for the URLs hashed to it)."""
+    total = math.ceil(-capacity * math.log(error_rate) / math.log(2) ** 2)
+    keys = math.ceil(total / MAX_BLOOM_KEY_BITS)
+    bits = math.ceil(total / keys)
+    hashes = max(1, round(bits * keys / capacity * math.log(2)))
+    return BloomShape(keys, bits, hashes)
+
+
+class _Layout:
+    """One way of keeping the seen set in Redis."""
+
+    name = ""
+
+    def __init__(self, redis: Redis, names: Names) -> None:
+        self.redis = redis
+        self.names = names
+
+    async def claim(self, fingerprints: Sequence[bytes], claimant: bytes) -> list[Any]:
+        raise NotImplementedError
+
+    async def confirm(self, fingerprints: Sequence[bytes]) -> int | None:
+        raise NotImplementedError
+
+    async def release(self, fingerprints: Sequence[bytes]) -> None:
+        await self.redis.hdel(self.names.seen_pending_key, *fingerprints)
+
+    async def count(self) -> int:
+        return int(await self.redis.hget(self.names.seen_meta_key, "count") or 0)
+
+
+class _Plain(_Layout):
+    name = "plain"
+
+    def __init__(self, redis: Redis, names: Names) -> None:
+        super().__init__(redis, names)
+        self._claim = redis.register_script(_PLAIN_CLAIM)
+
+    async def claim(self, fingerprints: Sequence[bytes], claimant: bytes) -> list[Any]:
+        keys = [self.names.seen_meta_key, self.names.seen_key]
+        result: list[Any] = await self._claim(keys=keys, args=[self.name, claimant, *fingerprints])
+        return result
+
+    async def confirm(self, fingerprints: Sequence[bytes]) -> int | None:
+        await self.redis.hset(self.names.seen_key, mapping=dict.fromkeys(fingerprints, DONE))
+        return None
+
+    async def release(self, fingerprints: Sequence[bytes]) -> None:
+        await self.redis.hdel(self.names.seen_key, *fingerprints)
+
+    async def count(self) -> int:
+        return int(await self.redis.hlen(self.names.seen_key))
+
+
+class _Compact(_Layout):
+    def __init__(self, redis: Redis, names: Names, buckets: int) -> None:
+        super().__init__(redis, names)
+        self.buckets = buckets
+        self.name = f"compact/1 buckets={buckets}"
+        self._claim = redis.register_script(_COMPACT_CLAIM)
+        self._confirm = redis.register_script(_COMPACT_CONFIRM)
+
+    def _split(self, fingerprints: Sequence[bytes]) -> tuple[list[str], list[bytes | int]]:
+        # The whole fingerprint is kept, as (bucket, member): no precision is lost to the bucket.
+        # Members stay below 2^63, so Redis stores them as 64-bit integers.
+        keys: list[str] = []
+        args: list[bytes | int] = []
+        for fp in fingerprints:
+            member, bucket = divmod(int.from_bytes(fp, "big"), self.buckets)
+            keys.append(self.names.seen_bucket_key(bucket))
+            args += (fp, member)
+        return keys, args
+
+    async def claim(self, fingerprints: Sequence[bytes], claimant: bytes) -> list[Any]:
+        buckets, args = self._split(fingerprints)
+        keys = [self.names.seen_meta_key, self.names.seen_key, self.names.seen_pending_key, *buckets]
+        result: list[Any] = await self._claim(keys=keys, args=[self.name, claimant, *args])
+        return result
+
+    async def confirm(self, fingerprints: Sequence[bytes]) -> int | None:
+        buckets, args = self._split(fingerprints)
+        keys = [self.names.seen_meta_key, self.names.seen_pending_key, *buckets]
+        return int(await self._confirm(keys=keys, args=args))
+
+
+class _Bloom(_Layout):
+    def __init__(self, redis: Redis, names: Names, shape: BloomShape) -> None:
+        super().__init__(redis, names)
+        self.shape = shape
+        self.name = f"bloom/1 keys={shape.keys} bits={shape.bits} k={shape.hashes}"
+        self._claim = redis.register_script(_BLOOM_CLAIM)
+        self._confirm = redis.register_script(_BLOOM_CONFIRM)
+
+    def _split(self, fingerprints: Sequence[bytes]) -> tuple[list[str], list[bytes | int]]:
+        # Three independent numbers per URL (bitmap, h1, h2) stretched from its fingerprint: the
+        # fingerprint's own 64 bits would tie the choice of bitmap to the bits probed in it.
+        keys: list[str] = []
+        args: list[bytes | int] = []
+        for fp in fingerprints:
+            digest = hashlib.blake2b(fp, digest_size=12, person=b"crawler-bloom").digest()
+            keys.append(self.names.seen_bloom_key(int.from_bytes(digest[:4], "big") % self.shape.keys))
+            args += (fp, int.from_bytes(digest[4:8], "big"), int.from_bytes(digest[8:], "big") | 1)
+        return keys, args
+
+    async def claim(self, fingerprints: Sequence[bytes], claimant: bytes) -> list[Any]:
+        bitmaps, args = self._split(fingerprints)
+        keys = [self.names.seen_meta_key, self.names.seen_key, self.names.seen_pending_key, *bitmaps]
+        shape = [self.shape.hashes, self.shape.bits]
+        result: list[Any] = await self._claim(keys=keys, args=[self.name, claimant, *shape, *args])
+        return result
+
+    async def confirm(self, fingerprints: Sequence[bytes]) -> int | None:
+        bitmaps, args = self._split(fingerprints)
+        keys = [self.names.seen_meta_key, self.names.seen_pending_key, *bitmaps]
+        return int(await self._confirm(keys=keys, args=[self.shape.hashes, self.shape.bits, *args]))
 
 
 class SeenStore:
-    """Which canonical URLs were already routed, keyed by fingerprint."""
+    """Which canonical URLs were already routed, keyed by fingerprint, in the configured layout."""
 
-    def __init__(self, redis: Redis, key: str) -> None:
-        self._redis = redis
-        self._key = key
-        self._claim = redis.register_script(_CLAIM)
+    def __init__(self, redis: Redis, names: Names, config: DedupConfig | None = None) -> None:
+        self.config = config or DedupConfig()
+        self._names = names
+        self._warned = False
+        self._layout: _Layout
+        if self.config.mode == "compact":
+            self._layout = _Compact(redis, names, compact_buckets(self.config))
+        elif self.config.mode == "bloom":
+            self._layout = _Bloom(redis, names, bloom_shape(self.config.capacity, self.config.error_rate))
+        else:
+            self._layout = _Plain(redis, names)
+
+    @property
+    def layout(self) -> str:
+        """The store's layout as recorded in Redis, e.g. `compact/1 buckets=39063`."""
+        return self._layout.name
+
+    async def check(self) -> None:
+        """Raise ConfigError if the crawl's store was made with other dedup settings than these."""
+        await self._claimed([], b"")
 
     async def claim(self, fingerprints: Sequence[bytes], claimant: bytes) -> list[bool]:
         """For each fingerprint, True if `claimant` should publish it (unseen, or its own pending)."""
         if not fingerprints:
             return []
-        result: list[Any] = await self._claim(keys=[self._key], args=[claimant, *fingerprints])
+        return await self._claimed(fingerprints, claimant)
+
+    async def _claimed(self, fingerprints: Sequence[bytes], claimant: bytes) -> list[bool]:
+        try:
+            result = await self._layout.claim(fingerprints, claimant)
+        except ResponseError as exc:
+            text = str(exc)
+            if _MISMATCH not in text:
+                raise
+            found = text.split(_MISMATCH, 1)[1].strip()
+            raise ConfigError(
+                f"the crawl with prefix {self._names.prefix!r} keeps its seen URLs as {found!r}, but "
+                f"this process is set up for {self.layout!r} (`dedup` in domains.yaml, CRAWLER_DEDUP): "
+                "every process of a crawl must use the same dedup settings; set them back, or start "
+                "over with `crawler reset`"
+            ) from None
         return [bool(x) for x in result]
 
     async def confirm(self, fingerprints: Sequence[bytes]) -> None:
         """Mark fingerprints published for good."""
-        if fingerprints:
-            await self._redis.hset(self._key, mapping=dict.fromkeys(fingerprints, DONE))
+        if not fingerprints:
+            return
+        count = await self._layout.confirm(fingerprints)
+        if count is not None and count > self.config.capacity and not self._warned:
+            self._warned = True
+            log.warning(
+                "the %s dedup store holds %d URLs, more than dedup.capacity (%d): it stays correct but "
+                "grows %s; size the next crawl larger",
+                self.config.mode,
+                count,
+                self.config.capacity,
+                "less compact" if self.config.mode == "compact" else "more false positives",
+            )
 
     async def release(self, fingerprints: Sequence[bytes]) -> None:
         """Forget fingerprints whose publish failed, so they can be routed again."""
         if fingerprints:
-            await self._redis.hdel(self._key, *fingerprints)
+            await self._layout.release(fingerprints)
 
     async def count(self) -> int:
-        """How many URLs were routed."""
-        return int(await self._redis.hlen(self._key))
+        """How many URLs were routed (plain: claims pending included; Bloom: false positives not)."""
+        return await self._layout.count()

@@ -80,6 +80,24 @@ class Names:
         """Redis hash of canonical-URL fingerprints already routed."""
         return f"{self.prefix}:seen"
 
+    @property
+    def seen_meta_key(self) -> str:
+        """Redis hash of the dedup store's layout (mode and sizing) and, but for plain, its URL count."""
+        return f"{self.prefix}:seen:meta"
+
+    @property
+    def seen_pending_key(self) -> str:
+        """Redis hash of the compact and Bloom stores' claims whose publish is not confirmed yet."""
+        return f"{self.prefix}:seen:pending"
+
+    def seen_bucket_key(self, bucket: int) -> str:
+        """Redis set of one bucket of the compact store's fingerprints."""
+        return f"{self.prefix}:seen:c:{bucket}"
+
+    def seen_bloom_key(self, part: int) -> str:
+        """Redis string, one bitmap of the Bloom store."""
+        return f"{self.prefix}:seen:b:{part}"
+
     def bucket_key(self, domain: str) -> str:
         """Redis hash of a domain's token bucket and back-off state."""
         return f"{self.prefix}:rate:{domain}"
@@ -99,7 +117,7 @@ class Names:
     @property
     def progress_patterns(self) -> tuple[str, ...]:
         """Key patterns of a crawl's progress, which a reset forgets (robots.txt stays cached)."""
-        return (self.seen_key, f"{self.prefix}:pages:*", f"{self.prefix}:rate:*")
+        return (self.seen_key, f"{self.prefix}:seen:*", f"{self.prefix}:pages:*", f"{self.prefix}:rate:*")
 
     def worker_key(self, worker: str) -> str:
         """Redis string of one live worker's heartbeat; it expires when the worker stops beating."""

@@ -19,6 +19,7 @@ class Settings:
     config_path: str = "config/domains.yaml"
     prefix: str = DEFAULT_PREFIX
     management_url: str | None = None  # RabbitMQ management API; None: the AMQP host on port 15672
+    dedup: str | None = None  # dedup mode overriding domains.yaml's `dedup.mode`; None: the file's
 
     @property
     def names(self) -> Names:
@@ -37,4 +38,5 @@ class Settings:
             config_path=env.get("CRAWLER_CONFIG", base.config_path),
             prefix=env.get("CRAWLER_PREFIX", base.prefix),
             management_url=env.get("CRAWLER_MANAGEMENT_URL") or None,
+            dedup=env.get("CRAWLER_DEDUP") or None,
         )

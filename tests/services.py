@@ -86,6 +86,9 @@ def env_for(settings: Settings) -> dict[str, str]:
         CRAWLER_PREFIX=settings.prefix,
         PYTHONWARNINGS="error",
     )
+    env.pop("CRAWLER_DEDUP", None)
+    if settings.dedup:
+        env["CRAWLER_DEDUP"] = settings.dedup
     return env
 
 

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from crawler.config import load_config, parse_config
+from crawler.config import DedupConfig, load_config, parse_config, with_dedup_mode
 from crawler.errors import ConfigError
+from crawler.settings import Settings
 from tests.services import crawler_command
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,6 +69,11 @@ def test_retry_tiers_are_every_delay_once() -> None:
         ("resolve: {shop.test: nowhere}", ["resolve", "not an IP address"]),
         ("domains: {shop.test: {extract: {price: '..price['}}}", ["extract", "price", "CSS selector"]),
         ("domains: {shop.test: {}, www.shop.test: {}}", ["lies inside", "shop.test"]),
+        ("dedup: {mode: cuckoo}", ["dedup.mode", "'plain', 'compact' or 'bloom'"]),
+        ("dedup: {mode: bloom, error_rate: 0.5}", ["dedup.error_rate", "less than or equal to 0.1"]),
+        ("dedup: {capacity: 10}", ["dedup.capacity", "greater than or equal to 1000"]),
+        ("dedup: {buckets: 1}", ["dedup.buckets", "greater than or equal to 2"]),
+        ("dedup: {mod: bloom}", ["dedup.mod", "unknown key"]),
         ("- a\n- b", ["expected a mapping"]),
         ("defaults: [1, 2", ["not valid YAML"]),
     ],
@@ -135,3 +141,41 @@ def test_bad_network_settings_are_refused(text: str, message: str) -> None:
 def test_allow_networks_takes_networks_and_single_addresses() -> None:
     config = parse_config("allow_networks: [127.0.0.21, 10.1.0.0/16, 'fd00::/8']")
     assert [str(n) for n in config.allow_networks] == ["127.0.0.21/32", "10.1.0.0/16", "fd00::/8"]
+
+
+def test_dedup_is_plain_unless_chosen() -> None:
+    assert parse_config("").dedup == DedupConfig(mode="plain", capacity=10_000_000, error_rate=0.001)
+    config = parse_config("dedup: {mode: bloom, capacity: 50000, error_rate: 0.0001}")
+    assert (config.dedup.mode, config.dedup.capacity, config.dedup.error_rate) == ("bloom", 50_000, 0.0001)
+
+
+def test_crawler_dedup_overrides_the_files_mode_and_keeps_its_sizing() -> None:
+    settings = Settings.from_env({"CRAWLER_DEDUP": "Compact"})
+    assert settings.dedup == "Compact"
+    assert Settings.from_env({"CRAWLER_DEDUP": ""}).dedup is None
+    config = parse_config("dedup: {mode: bloom, capacity: 50000}")
+    overridden = with_dedup_mode(config, settings.dedup)
+    assert (overridden.dedup.mode, overridden.dedup.capacity) == ("compact", 50_000)
+    assert config.dedup.mode == "bloom"  # the file's own stays as it was
+    assert with_dedup_mode(config, None) is config
+
+
+def test_a_bad_crawler_dedup_is_one_line_naming_the_variable(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    config = tmp_path / "domains.yaml"
+    config.write_text("domains: {shop.test: {}}\n")
+    with pytest.raises(ConfigError, match=r"CRAWLER_DEDUP: invalid configuration\n  mode: .*'bloom'"):
+        with_dedup_mode(parse_config(""), "cuckoo")
+    result = subprocess.run(
+        crawler_command("crawler", "seed", "--config", str(config), "http://shop.test/"),
+        env={**os.environ, "CRAWLER_DEDUP": "cuckoo"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "CRAWLER_DEDUP" in result.stderr and "'plain', 'compact' or 'bloom'" in result.stderr
+    assert "Traceback" not in result.stderr

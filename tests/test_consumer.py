@@ -8,11 +8,13 @@ import signal
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 
 import aio_pika
 import pytest
 import sqlalchemy as sa
+from redis.asyncio import Redis
 
 from crawler import consumer as consumer_module
 from crawler import crawl
@@ -69,11 +71,17 @@ async def seed(settings: Settings, *urls: str) -> None:
     assert len(routed.published) == len(urls)
 
 
+@pytest.mark.parametrize(
+    ("database_url", "dedup"),
+    [("sqlite", None), ("postgresql", None), ("sqlite", "compact"), ("postgresql", "bloom")],
+    indirect=["database_url"],
+)
 async def test_two_consumer_processes_store_every_page_exactly_once(
-    tmp_path: Path, amqp_url: str, prefix: str, database_url: str
+    tmp_path: Path, amqp_url: str, prefix: str, database_url: str, dedup: str | None, redis: Redis
 ) -> None:
     sites = shops(products=25)
     settings = settings_for(amqp_url, prefix, database_url, write_config(tmp_path / "d.yaml", sites))
+    settings = replace(settings, dedup=dedup)  # CRAWLER_DEDUP, for the seeding here and the workers
     with serve(*sites):
         await seed(settings, *(s.url() for s in sites))
         workers = [consumer(settings, "--burst", "--prefetch", "4") for _ in range(2)]
@@ -85,6 +93,9 @@ async def test_two_consumer_processes_store_every_page_exactly_once(
     assert all(r[1] == 404 for r in rows if r[0].endswith("/missing"))
     for site in sites:  # shared dedup: no page fetched twice by the fleet
         assert all(site.hits(path) == 1 for path in site.routes)
+    layout = await redis.hget(Names(prefix).seen_meta_key, "layout")
+    assert layout is not None and layout.decode().startswith(dedup or "plain")
+    assert await redis.exists(Names(prefix).seen_key) == (dedup is None)
 
 
 async def test_a_consumer_killed_mid_crawl_loses_nothing(

@@ -35,7 +35,7 @@ async def _router(
 ) -> Router:
     await declare(channel, topology(config, names))
     exchange = await channel.get_exchange(names.frontier)
-    return Router(config, exchange, SeenStore(redis, names.seen_key), PageQuota(redis, names))
+    return Router(config, exchange, SeenStore(redis, names), PageQuota(redis, names))
 
 
 async def _drain(
@@ -104,7 +104,7 @@ async def test_redelivered_page_may_publish_its_unconfirmed_links_again(
     channel: aio_pika.abc.AbstractChannel, redis: Redis, prefix: str
 ) -> None:
     names, config = Names(prefix), parse_config(CONFIG)
-    seen = SeenStore(redis, names.seen_key)
+    seen = SeenStore(redis, names)
     # The page claimed its link, then died before the publish was confirmed.
     assert await seen.claim([fingerprint("http://shop.test/x")], b"page") == [True]
     router = await _router(channel, redis, names, config)
