@@ -29,7 +29,7 @@ import yaml
 
 from bench import nginx, services
 from bench.procs import Child, service_cpu, total_cpu
-from bench.tools import _env, _script
+from bench.tools import _db_progress, _env, _script
 
 IPS = tuple(f"127.0.0.{41 + i}" for i in range(4))
 PORT = 8091
@@ -132,6 +132,7 @@ class Run:
     redis_cpu: float = 0.0
     nginx_cpu: float = 0.0
     peak_rss_mb: float = 0.0
+    rss_mb: list[tuple[int, float]] = field(default_factory=list)  # (pages stored, RSS) samples
     peak_fds: int = 0
     peak_redis_clients: int = 0  # connected_clients above what it was before the consumer started
     warnings: Counter[str] = field(default_factory=Counter)  # the consumer's warnings, by kind
@@ -237,8 +238,10 @@ def measure(domains: int, pages: int, prefetch: int, work: Path, timeout: float)
         argv = [*_script("crawler-consume"), "--burst", "--log-format", "json"]
         started, started_at = time.monotonic(), time.time()
         child = Child.start("consume", argv, env, log)
+        progress = _db_progress(db)
         try:
             while child.poll():
+                child.sample(progress())
                 if time.monotonic() - started > timeout:
                     run.notes.append(f"timed out after {timeout:.0f}s: killed")
                     break
@@ -250,7 +253,7 @@ def measure(domains: int, pages: int, prefetch: int, work: Path, timeout: float)
         run.exit_seconds = time.monotonic() - started
         run.exit_code = child.proc.returncode
         services_after = service_cpu()
-        run.cpu, run.peak_rss_mb = child.cpu, child.peak_rss_mb
+        run.cpu, run.peak_rss_mb, run.rss_mb = child.cpu, child.peak_rss_mb, child.rss
         run.rabbitmq_cpu = services_after["rabbitmq"] - services_before["rabbitmq"]
         run.redis_cpu = services_after["redis"] - services_before["redis"]
         run.nginx_cpu = total_cpu(server.pids()) - nginx_before
@@ -267,6 +270,11 @@ def _spread(values: Sequence[float], spec: str) -> str:
     if not values:
         return "-"
     return "/".join(format(v, spec) for v in (min(values), statistics.median(values), max(values)))
+
+
+def _rss_course(run: Run, expected: int) -> str:
+    marks = [next((mb for done, mb in run.rss_mb if done >= expected * f), None) for f in (0.1, 0.5, 0.9)]
+    return "/".join("-" if mb is None else f"{mb:.0f}" for mb in marks) + " MB"
 
 
 def table(run: Run) -> str:
@@ -286,7 +294,8 @@ def table(run: Run) -> str:
         ("pages stored", f"{run.pages}/{expected}" + (f" ({run.failed} failed)" if run.failed else "")),
         ("last page", f"{run.last_page:.1f} s"),
         ("pages/s, launch to last page", f"{run.pages / run.last_page:.1f}" if run.last_page > 0 else "-"),
-        ("pages/s, after startup", f"{run.pages / after_startup:.1f}" if after_startup > 0 else "-"),
+        # Not when the crawl was over by the time the last queue was subscribed (before, it could be).
+        ("pages/s, after startup", f"{run.pages / after_startup:.1f}" if after_startup > 1 else "-"),
         ("exit (burst: drained)", f"{run.exit_seconds:.1f} s, code {run.exit_code}"),
         ("consumer CPU", f"{run.cpu:.1f} s = {1000 * run.cpu / max(run.pages, 1):.2f} ms/page"),
         (
@@ -294,6 +303,7 @@ def table(run: Run) -> str:
             f"{run.rabbitmq_cpu:.1f} / {run.redis_cpu:.1f} / {run.nginx_cpu:.1f} s",
         ),
         ("consumer peak RSS", f"{run.peak_rss_mb:.0f} MB"),
+        ("  RSS at 10/50/90 % of pages", _rss_course(run, expected)),
         ("consumer peak descriptors", f"{run.peak_fds}"),
         ("peak Redis clients added", f"{run.peak_redis_clients}"),
     ]

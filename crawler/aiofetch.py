@@ -6,7 +6,6 @@ server (see bench/README.md); a crawler spends most of its CPU fetching, so this
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import socket
 from urllib.parse import urlsplit
@@ -30,11 +29,6 @@ class AiohttpFetcher(FollowingFetcher):
         self._guard = GuardedBackend(
             config.resolve, AddressPolicy(config.allow_private_networks, config.allow_networks)
         )
-        # First come, first served across hosts: aiohttp hands a freed connection to a random one of
-        # the hosts waiting for one, so with hundreds of domains some wait far longer than others
-        # (and each hand-over looks at every waiting host). Taking a slot here first, the
-        # connector never has anyone waiting.
-        self._slots = asyncio.Semaphore(max_connections)
         connector = aiohttp.TCPConnector(
             limit=max_connections,
             resolver=GuardedResolver(self._guard),
@@ -54,10 +48,6 @@ class AiohttpFetcher(FollowingFetcher):
 
     async def _get(self, url: str, rules: Rules, html_only: bool) -> tuple[int, httpx.Headers, bytes]:
         await self._check_literal(url)
-        async with self._slots:
-            return await self._get_now(url, rules, html_only)
-
-    async def _get_now(self, url: str, rules: Rules, html_only: bool) -> tuple[int, httpx.Headers, bytes]:
         try:
             async with self._session.get(URL(url, encoded=True), allow_redirects=False) as resp:
                 headers = httpx.Headers(list(resp.headers.items()))

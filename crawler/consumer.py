@@ -60,12 +60,16 @@ EXIT_ABORTED = 3  # a second signal: exit at once, unacked messages go back to t
 # With hundreds of domains, one queue after another is thousands of round trips in a row, each
 # waiting behind the deliveries already being processed: set up (and take down) this many at once.
 AT_ONCE = 64
+# Messages one consumer holds unacked, all queues together: far beyond what its fetch slots can work
+# on, more only cost broker CPU and pages/s (1,000 queues x 16 against x 4 in bench/README.md).
+# Each queue's prefetch is lowered to its share when there are that many queues.
+MAX_PREFETCHED = 4096
 PROBES = 8  # channels asking queue depths at once when burst mode checks for an empty frontier
 # RabbitMQ closes the whole connection when a client opens more channels than it negotiated (2047
 # by default), and a robust connection restores its channels one by one after a reconnect: each
 # connection carries at most this many domain channels, more domains get more connections.
 CHANNELS_PER_CONNECTION = 256
-CHANNELS_KEPT_FREE = 8  # for the probes and the queue sampler, on the first connection
+CHANNELS_KEPT_FREE = 8  # under channel_max, for the probes and the queue sampler
 
 
 @dataclass(slots=True)
@@ -360,14 +364,17 @@ class Consumer:
         await _at_once(self._subscribe_one, zip(domains, connections, strict=True))
         self._subscribed.set()
         seconds = time.monotonic() - started
+        prefetch = max((self._prefetch(self.config, d) for d in domains), default=0)
         log.info(
-            "consuming %s on %d connection(s): subscribed in %.2fs",
+            "consuming %s on %d connection(s), prefetch up to %d per queue: subscribed in %.2fs",
             _listed(domains),
             len({id(s.connection) for s in self._subs}),
+            prefetch,
             seconds,
             extra={
                 logs.FIELDS: {
                     "queues": len(domains),
+                    "prefetch": prefetch,
                     "subscribed_seconds": round(seconds, 3),
                     "declared_seconds": round(self._declared_in, 3),
                 }
@@ -378,7 +385,7 @@ class Consumer:
         domain, connection = where
         # A channel per queue: prefetch is really per queue, and one queue's error stays there.
         channel = await connection.channel(publisher_confirms=False)
-        await channel.set_qos(prefetch_count=self.prefetch or self.config.rules_for(domain).prefetch)
+        await channel.set_qos(prefetch_count=self._prefetch(self.config, domain))
         # Declared (not just looked up) so the robust channel re-declares it and restores the
         # consumer after a reconnect.
         spec = domain_queue(self.names, domain)
@@ -393,6 +400,11 @@ class Consumer:
 
         await queue.consume(callback, consumer_tag=tag)
         self._subs.append(_Subscription(domain, connection, channel, queue, tag))
+
+    def _prefetch(self, config: CrawlConfig, domain: str) -> int:
+        """The domain queue's prefetch: as configured, unless this consumer's share is smaller."""
+        share = max(1, MAX_PREFETCHED // max(1, len(self.domains)))
+        return min(self.prefetch or config.rules_for(domain).prefetch, share)
 
     def _room(self, connection: AbstractRobustConnection) -> int:
         """How many more domain channels `connection` may carry."""
@@ -458,7 +470,7 @@ class Consumer:
                 if declared.declaration_result.message_count:
                     found = True
 
-        await asyncio.gather(*(probe(c) for c in probes))
+        await _at_once(probe, probes)
         return found
 
     async def _until_drained(self) -> None:
@@ -516,7 +528,7 @@ class Consumer:
         self._fields.update(fields)
 
         async def set_qos(sub: _Subscription) -> None:
-            await sub.channel.set_qos(prefetch_count=self.prefetch or config.rules_for(sub.domain).prefetch)
+            await sub.channel.set_qos(prefetch_count=self._prefetch(config, sub.domain))
 
         await _at_once(set_qos, [sub for sub in self._subs if sub.domain in config.domains])
         added = sorted(set(config.domains) - set(self.domains)) if self._every_domain else []

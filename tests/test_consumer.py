@@ -264,6 +264,7 @@ async def test_one_consumer_serves_hundreds_of_domain_queues_over_several_connec
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setattr(consumer_module, "CHANNELS_PER_CONNECTION", 64)  # 200 queues: 4 connections
+    monkeypatch.setattr(consumer_module, "MAX_PREFETCHED", 400)  # 2 a queue, not the configured 4
     site, config = many_domains(200)
     path = tmp_path / "d.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -279,7 +280,9 @@ async def test_one_consumer_serves_hundreds_of_domain_queues_over_several_connec
     assert sorted(r[0] for r in rows) == sorted(expected)  # every domain crawled, each page once
     assert all(s.ok == 2 for s in stats.values()) and len(stats) == 200
     consuming = [r.getMessage() for r in caplog.records if r.getMessage().startswith("consuming")]
-    assert consuming and all("(200 domain queues) on 4 connection(s)" in m for m in consuming)
+    assert consuming and all(
+        "(200 domain queues) on 4 connection(s), prefetch up to 2 " in m for m in consuming
+    )
     async with await aio_pika.connect(amqp_url) as connection:  # drained, and nobody consumes any more
         channel = await connection.channel()
         for d in domains:
