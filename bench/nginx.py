@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,17 +102,26 @@ def _listening(host: str, port: int) -> bool:
 def serve(spec: SiteSpec, site: Path, state: Path) -> Iterator[Nginx]:
     """Run nginx in the foreground of a child process until the block ends."""
     state.mkdir(parents=True, exist_ok=True)
+    with run(config(spec, site, state), [(h, spec.port) for h in spec.hosts], state) as server:
+        yield server
+
+
+@contextmanager
+def run(text: str, listens: Sequence[tuple[str, int]], state: Path) -> Iterator[Nginx]:
+    """Run nginx with the config `text` until the block ends, once it listens on every address."""
+    state.mkdir(parents=True, exist_ok=True)
     conf = state / "nginx.conf"
-    conf.write_text(config(spec, site, state))
+    conf.write_text(text)
     # -e: the error log before the config is read (else the default under /var/log).
     argv = [binary(), "-p", str(state), "-e", str(state / "error.log"), "-c", str(conf)]
     proc = subprocess.Popen([*argv, "-g", "daemon off;"], stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + START_TIMEOUT
-        while not all(_listening(h, spec.port) for h in spec.hosts):
+        while not all(_listening(h, port) for h, port in listens):
             if proc.poll() is not None or time.monotonic() > deadline:
                 log = (state / "error.log").read_text() if (state / "error.log").exists() else ""
-                raise SystemExit(f"bench: nginx did not start (is port {spec.port} taken?)\n{log}")
+                ports = ", ".join(sorted({str(port) for _, port in listens}))
+                raise SystemExit(f"bench: nginx did not start (is port {ports} taken?)\n{log}")
             time.sleep(0.05)
         yield Nginx(proc.pid, state)
     finally:

@@ -12,7 +12,8 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +33,7 @@ from crawler import logs
 from crawler import names as hdr
 from crawler.config import CrawlConfig, load_config
 from crawler.dedup import SeenStore
-from crawler.errors import BadURL, ConfigError, InvalidMessage, SinkError
+from crawler.errors import BadURL, ConfigError, CrawlerError, InvalidMessage, SinkError
 from crawler.exchanges import declare, domain_queue, topology, work_queues
 from crawler.extract import Fields, compile_fields
 from crawler.fetch import Fetcher
@@ -52,11 +53,25 @@ from crawler.visit import Visitor
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 pages_log = logging.getLogger("crawler.pages")  # one line per page outcome: verbose
+T = TypeVar("T")
 
 DRAIN_POLL = 0.25  # seconds between checks for an empty frontier in burst mode
 CONFIG_POLL = 1.0  # seconds between checks of domains.yaml for an edit
 SHORT_RETRY_WAIT = 0.2  # seconds before the first retry of a failed store or publish; then doubling
 EXIT_ABORTED = 3  # a second signal: exit at once, unacked messages go back to their queues
+# With hundreds of domains, one queue after another is thousands of round trips in a row, each
+# waiting behind the deliveries already being processed: set up (and take down) this many at once.
+AT_ONCE = 64
+# Messages one consumer holds unacked, all queues together: far beyond what its fetch slots can work
+# on, more only cost broker CPU and pages/s (1,000 queues x 16 against x 4 in bench/README.md).
+# Each queue's prefetch is lowered to its share when there are that many queues.
+MAX_PREFETCHED = 4096
+PROBES = 8  # channels asking queue depths at once when burst mode checks for an empty frontier
+# RabbitMQ closes the whole connection when a client opens more channels than it negotiated (2047
+# by default), and a robust connection restores its channels one by one after a reconnect: each
+# connection carries at most this many domain channels, more domains get more connections.
+CHANNELS_PER_CONNECTION = 256
+CHANNELS_KEPT_FREE = 8  # under channel_max, for the probes and the queue sampler
 
 
 @dataclass(slots=True)
@@ -74,6 +89,7 @@ class DomainStats:
 @dataclass(slots=True)
 class _Subscription:
     domain: str
+    connection: AbstractRobustConnection
     channel: AbstractChannel
     queue: AbstractQueue
     tag: str
@@ -99,10 +115,15 @@ class Consumer:
         config_path: str | None = None,
         metrics: Metrics | None = None,
         publishing: AbstractRobustConnection | None = None,
+        connect: Callable[[], Awaitable[AbstractRobustConnection]] | None = None,
     ) -> None:
         self.config = config
         self.names = names
         self.connection = connection
+        # Domain channels beyond what `connection` takes go on connections `connect` opens (and
+        # closes, when its caller is done): without it, that many domains are an error.
+        self._connect = connect
+        self._connections = [connection]
         self.publishing = publishing or connection  # links, retries and dead letters go out here
         self.sink = sink
         self._writes = GroupCommit(sink)
@@ -130,6 +151,8 @@ class Consumer:
             d: compile_fields(config.rules_for(d).extract) for d in self.domains
         }
         self._subs: list[_Subscription] = []
+        self._declared_in = 0.0  # seconds the topology took to declare, for the "consuming" line
+        self._subscribed = asyncio.Event()
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -141,7 +164,9 @@ class Consumer:
         """Declare the topology, consume until stopped or drained, then return what is in flight."""
         publisher = await self.publishing.channel(publisher_confirms=True)
         try:
+            started = time.monotonic()
             await declare(publisher, topology(self.config, self.names))
+            self._declared_in = time.monotonic() - started
             self._frontier = await publisher.get_exchange(self.names.frontier, ensure=False)
             self._retry = await publisher.get_exchange(self.names.retry, ensure=False)
             self._dead = await publisher.get_exchange(self.names.dead, ensure=False)
@@ -333,64 +358,145 @@ class Consumer:
     # -- subscriptions and lifecycle --------------------------------------------------------------
 
     async def _subscribe(self, domains: Sequence[str]) -> None:
-        for domain in domains:
-            # A channel per queue: prefetch is really per queue, and one queue's error stays there.
-            channel = await self.connection.channel()
-            await channel.set_qos(prefetch_count=self.prefetch or self.config.rules_for(domain).prefetch)
-            # Declared (not just looked up) so the robust channel re-declares it and restores the
-            # consumer after a reconnect.
-            spec = domain_queue(self.names, domain)
-            queue = await channel.declare_queue(spec.name, durable=True, arguments=dict(spec.arguments))
-            tag = f"{self.label} {domain}".replace(" ", ".")
+        started = time.monotonic()
+        connections = await self._channel_slots(len(domains))
+        await _at_once(self._subscribe_one, zip(domains, connections, strict=True))
+        self._subscribed.set()
+        seconds = time.monotonic() - started
+        prefetch = max((self._prefetch(self.config, d) for d in domains), default=0)
+        log.info(
+            "consuming %s on %d connection(s), prefetch up to %d per queue: subscribed in %.2fs",
+            _listed(domains),
+            len({id(s.connection) for s in self._subs}),
+            prefetch,
+            seconds,
+            extra={
+                logs.FIELDS: {
+                    "queues": len(domains),
+                    "prefetch": prefetch,
+                    "subscribed_seconds": round(seconds, 3),
+                    "declared_seconds": round(self._declared_in, 3),
+                }
+            },
+        )
 
-            async def callback(message: AbstractIncomingMessage, domain: str = domain) -> None:
-                await self._on_message(domain, message)
+    async def _subscribe_one(self, where: tuple[str, AbstractRobustConnection]) -> None:
+        domain, connection = where
+        # A channel per queue: prefetch is really per queue, and one queue's error stays there.
+        channel = await connection.channel(publisher_confirms=False)
+        await channel.set_qos(prefetch_count=self._prefetch(self.config, domain))
+        # Declared (not just looked up) so the robust channel re-declares it and restores the
+        # consumer after a reconnect.
+        spec = domain_queue(self.names, domain)
+        queue = await channel.declare_queue(spec.name, durable=True, arguments=dict(spec.arguments))
+        tag = f"{self.label} {domain}".replace(" ", ".")
 
-            await queue.consume(callback, consumer_tag=tag)
-            self._subs.append(_Subscription(domain, channel, queue, tag))
-        log.info("consuming %s", ", ".join(domains))
+        async def callback(message: AbstractIncomingMessage) -> None:
+            # Work waits until every queue is subscribed: the first queues' pages would otherwise
+            # hold up the others' subscriptions (each round trip waits its turn in a busy loop).
+            await self._subscribed.wait()
+            await self._on_message(domain, message)
+
+        await queue.consume(callback, consumer_tag=tag)
+        self._subs.append(_Subscription(domain, connection, channel, queue, tag))
+
+    def _prefetch(self, config: CrawlConfig, domain: str) -> int:
+        """The domain queue's prefetch: as configured, unless this consumer's share is smaller."""
+        share = max(1, MAX_PREFETCHED // max(1, len(self.domains)))
+        return min(self.prefetch or config.rules_for(domain).prefetch, share)
+
+    def _room(self, connection: AbstractRobustConnection) -> int:
+        """How many more domain channels `connection` may carry."""
+        transport = connection.transport
+        negotiated = transport.connection.connection_tune.channel_max if transport is not None else 0
+        most = min(CHANNELS_PER_CONNECTION, (negotiated or 65535) - CHANNELS_KEPT_FREE)
+        return max(0, most - sum(1 for s in self._subs if s.connection is connection))
+
+    async def _channel_slots(self, count: int) -> list[AbstractRobustConnection]:
+        """A connection for each of `count` new domain channels, opening connections as needed."""
+        slots: list[AbstractRobustConnection] = []
+        for connection in self._connections:
+            slots += [connection] * min(self._room(connection), count - len(slots))
+        while len(slots) < count:
+            if self._connect is None:
+                raise CrawlerError(
+                    f"{count} domain queues need a channel each, but the RabbitMQ connection has room "
+                    f"for {len(slots)} more; give this consumer fewer domains (--domains) and run "
+                    "another for the rest"
+                )
+            connection = await self._connect()
+            self._connections.append(connection)
+            room = self._room(connection)
+            if room == 0:
+                raise CrawlerError("RabbitMQ allows no channels on a new connection; check its channel_max")
+            slots += [connection] * min(room, count - len(slots))
+        return slots
 
     async def _unsubscribe(self, grace: float) -> None:
-        for sub in self._subs:
+        async def cancel(sub: _Subscription) -> None:
             with contextlib.suppress(Exception):
                 await sub.queue.cancel(sub.tag)
+
+        async def close(sub: _Subscription) -> None:
+            with contextlib.suppress(Exception):
+                await sub.channel.close()
+
+        await _at_once(cancel, self._subs)
         try:
             await asyncio.wait_for(self._idle.wait(), grace)
         except TimeoutError:
             log.warning("%d messages in flight after %.0fs: returned to their queues", self._inflight, grace)
         # Closing the channels returns anything delivered but not yet handled to the queues.
-        for sub in self._subs:
-            with contextlib.suppress(Exception):
-                await sub.channel.close()
+        await _at_once(close, self._subs)
         self._subs.clear()
 
-    async def _pending(self, probe: AbstractRobustChannel) -> int:
-        total = 0
-        for name in work_queues(self.config, self.names, self.domains):
-            # robust=False: a robust channel answers a repeated passive declare from its cache.
-            declared = await probe.declare_queue(name, passive=True, robust=False)
-            total += declared.declaration_result.message_count or 0
-        return total
+    async def _pending(self, probes: Sequence[AbstractRobustChannel]) -> bool:
+        """True if any work queue holds a message: asked of the broker itself, probes at once."""
+        # Retry tiers first: while their messages wait out a delay, they are what is not empty, and
+        # the sweep stops at the first queue that is not.
+        names = work_queues(self.config, self.names, self.domains)
+        tiers = len(self.config.retry_tiers)
+        pending = iter([*names[-tiers:], *names[:-tiers]] if tiers else names)
+        found = False
+
+        async def probe(channel: AbstractRobustChannel) -> None:
+            nonlocal found
+            for name in pending:  # shared: each queue is asked once, by whichever probe is free
+                if found:
+                    return
+                # robust=False: a robust channel answers a repeated passive declare from its cache.
+                declared = await channel.declare_queue(name, passive=True, robust=False)
+                if declared.declaration_result.message_count:
+                    found = True
+
+        await _at_once(probe, probes)
+        return found
 
     async def _until_drained(self) -> None:
-        probe = await self.connection.channel()
+        probes: list[AbstractRobustChannel] = []
+
+        async def open_probe(_: int) -> None:
+            probes.append(await self.connection.channel(publisher_confirms=False))
+
         try:
+            await _at_once(open_probe, range(min(PROBES, len(self.domains) + len(self.config.retry_tiers))))
             idle = 0
             while not self._stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), DRAIN_POLL)
-                idle = idle + 1 if self._inflight == 0 and await self._pending(probe) == 0 else 0
+                idle = idle + 1 if self._inflight == 0 and not await self._pending(probes) else 0
                 if idle < 2:
                     continue
                 # Looks done: stop consuming and return anything prefetched, then look again.
                 await self._unsubscribe(self.grace)
-                if await self._pending(probe) == 0:
+                if not await self._pending(probes):
                     return
                 idle = 0
                 await self._subscribe(self.domains)
         finally:
-            with contextlib.suppress(Exception):
-                await probe.close()
+            for probe in probes:
+                with contextlib.suppress(Exception):
+                    await probe.close()
 
     # -- live configuration -----------------------------------------------------------------------
 
@@ -419,11 +525,11 @@ class Consumer:
         self.config = config
         self.router.config = config
         self._fields.update(fields)
-        for sub in self._subs:
-            if sub.domain in config.domains:
-                await sub.channel.set_qos(
-                    prefetch_count=self.prefetch or config.rules_for(sub.domain).prefetch
-                )
+
+        async def set_qos(sub: _Subscription) -> None:
+            await sub.channel.set_qos(prefetch_count=self._prefetch(config, sub.domain))
+
+        await _at_once(set_qos, [sub for sub in self._subs if sub.domain in config.domains])
         added = sorted(set(config.domains) - set(self.domains)) if self._every_domain else []
         for domain in added:
             self.stats[domain] = DomainStats()
@@ -451,6 +557,30 @@ class Consumer:
             os._exit(EXIT_ABORTED)
         log.info("%s: finishing in-flight messages (up to %.0fs); again to exit now", sig.name, self.grace)
         self.stop()
+
+
+async def _at_once(call: Callable[[T], Awaitable[object]], items: Iterable[T]) -> None:
+    """Await `call(item)` for each item, AT_ONCE at a time; on the first error, cancel the rest, raise it."""
+    limit = asyncio.Semaphore(AT_ONCE)
+
+    async def bounded(item: T) -> None:
+        async with limit:
+            await call(item)
+
+    tasks = [asyncio.ensure_future(bounded(item)) for item in items]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _listed(domains: Sequence[str], most: int = 10) -> str:
+    """Domains for a log line: every one if few, else the first few and how many more."""
+    if len(domains) <= most:
+        return ", ".join(domains)
+    return f"{', '.join(domains[:most])} and {len(domains) - most} more ({len(domains)} domain queues)"
 
 
 async def _short_retries(kind: type[Exception], call: Callable[[], Awaitable[T]]) -> T:

@@ -148,6 +148,11 @@ async def consume(
         stack.callback(sink.close)
         fetcher = make_fetcher(config)
         stack.push_async_callback(fetcher.aclose)
+
+        async def connect() -> AbstractRobustConnection:
+            # More domains than one connection's channels: another connection, closed with the rest.
+            return await stack.enter_async_context(services.broker(settings.amqp_url, role))
+
         consumer = Consumer(
             config,
             settings.names,
@@ -163,6 +168,7 @@ async def consume(
             config_path=config_path,
             metrics=monitoring.metrics,
             publishing=publishing,
+            connect=connect,
         )
         await consumer.seen.check()  # a fleet whose processes disagree on dedup would crawl twice
         await stack.enter_async_context(monitored(monitoring, consumer, f.redis, role=role))

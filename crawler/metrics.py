@@ -258,20 +258,39 @@ class Metrics:
 
     def totals(self, domain: str) -> Totals:
         """The domain's counts so far."""
-        queued = [
-            s.value
-            for s in _samples(self.queue_ready)
-            if s.labels["domain"] == domain and s.labels["kind"] == "domain"
-        ]
-        return Totals(
-            done=int(_sum(self.pages, domain=domain)),
-            failed=int(_sum(self.pages, domain=domain, outcome="failed")),
-            errors=int(_sum(self.errors, domain=domain)),
-            retries=int(_sum(self.retries, domain=domain)),
-            dead=int(_sum(self.dead_letters, domain=domain)),
-            inflight=int(_sum(self.inflight, domain=domain)),
-            queued=int(queued[0]) if queued else None,
-        )
+        return self.all_totals().get(domain, Totals())
+
+    def all_totals(self) -> dict[str, Totals]:
+        """Every domain's counts so far, in one pass over the samples (not one per domain)."""
+        counts: dict[str, dict[str, float]] = {}
+
+        def add(metric: MetricWrapperBase, key: str, **labels: str) -> None:
+            for s in _samples(metric):
+                if s.name.endswith("_created") or any(s.labels.get(k) != v for k, v in labels.items()):
+                    continue
+                domain = s.labels.get("domain", "")
+                into = counts.setdefault(domain, {})
+                into[key] = into.get(key, 0.0) + s.value
+
+        add(self.pages, "done")
+        add(self.pages, "failed", outcome="failed")
+        add(self.errors, "errors")
+        add(self.retries, "retries")
+        add(self.dead_letters, "dead")
+        add(self.inflight, "inflight")
+        add(self.queue_ready, "queued", kind="domain")
+        return {
+            domain: Totals(
+                done=int(c.get("done", 0)),
+                failed=int(c.get("failed", 0)),
+                errors=int(c.get("errors", 0)),
+                retries=int(c.get("retries", 0)),
+                dead=int(c.get("dead", 0)),
+                inflight=int(c.get("inflight", 0)),
+                queued=int(c["queued"]) if "queued" in c else None,
+            )
+            for domain, c in counts.items()
+        }
 
     def pages_done(self) -> int:
         """Pages this worker brought to a final outcome, every domain together."""

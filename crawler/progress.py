@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 
 from crawler.logs import FIELDS
-from crawler.metrics import Metrics
+from crawler.metrics import Metrics, Totals
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,9 @@ class Progress:
         """Each domain's progress as of now."""
         now = time.monotonic() if now is None else now
         out = []
+        totals = self.metrics.all_totals()
         for domain in self.domains:
-            t = self.metrics.totals(domain)
+            t = totals.get(domain, Totals())
             out.append(Row(domain, t.done, t.queued, t.inflight, self._rate(domain, now, t.done), t.errors))
         return out
 

@@ -10,13 +10,15 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import aio_pika
 from aio_pika.abc import AbstractRobustConnection
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from crawler.errors import ServiceUnavailable
 from crawler.redact import redact
 
 CONNECT_TIMEOUT = 10.0
+REDIS_CONNECTIONS = 64  # per process: Redis answers in microseconds, so more would only queue there
+REDIS_WAIT = 60.0  # seconds a command may wait for a free connection before failing
 
 
 def process_label(role: str) -> str:
@@ -47,7 +49,16 @@ async def broker(url: str, role: str) -> AsyncIterator[AbstractRobustConnection]
 @asynccontextmanager
 async def redis(url: str) -> AsyncIterator[Redis]:
     """A Redis client that has answered a PING."""
-    client = Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT)
+    # redis-py's default pool fails a command outright once 100 are under way (MaxConnectionsError),
+    # and a consumer of hundreds of domains has more messages than that in flight: wait for a
+    # connection instead.
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=REDIS_CONNECTIONS,
+        timeout=REDIS_WAIT,
+        socket_connect_timeout=CONNECT_TIMEOUT,
+    )
+    client = Redis.from_pool(pool)
     async with AsyncExitStack() as stack:
         stack.push_async_callback(client.aclose)
         try:

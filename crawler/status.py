@@ -172,8 +172,15 @@ def _worker_rows(data: dict[str, Any]) -> list[list[str]]:
     for w in data["workers"]:
         beat = "-" if w["age"] is None else f"{w['age']:.1f}s ago"
         who = f"{w['host']} pid {w['pid']} ({w['role']})"
-        rows.append([who, w["state"], beat, str(w["pages"]), w["started"], ",".join(w["domains"])])
+        rows.append([who, w["state"], beat, str(w["pages"]), w["started"], _domains_cell(w["domains"])])
     return rows
+
+
+def _domains_cell(domains: list[str], most: int = 5) -> str:
+    # A worker of a thousand domains would otherwise make a line of twelve thousand characters.
+    if len(domains) <= most:
+        return ",".join(domains)
+    return f"{','.join(domains[:most])} and {len(domains) - most} more"
 
 
 _NUMBERS = {"ready", "unacked", "consumers", "ok", "failed", "pages/s", "last beat", "pages"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import subprocess
 import time
@@ -14,15 +15,16 @@ from pathlib import Path
 import aio_pika
 import pytest
 import sqlalchemy as sa
+import yaml
 from redis.asyncio import Redis
 
 from crawler import consumer as consumer_module
 from crawler import crawl
 from crawler.config import load_config
-from crawler.errors import SinkError
+from crawler.errors import CrawlerError, SinkError
 from crawler.names import HEADER_REASON, Names
 from crawler.settings import Settings
-from crawler.sink import engine_url
+from crawler.sink import Sink, engine_url
 from demo.site import Site, free_port, page, serve
 from tests.services import crawler_command, env_for, settings_for
 from tests.sites import IPS, after_requests, reachable, shops, slow, write_config
@@ -273,3 +275,78 @@ async def test_a_failing_store_or_publish_is_tried_three_times(monkeypatch: pyte
     with pytest.raises(SinkError):  # not the kind it retries: raised at once
         await consumer_module._short_retries(ValueError, failing(1))
     assert len(calls) == 1
+
+
+def many_domains(count: int) -> tuple[Site, dict[str, object]]:
+    """One server answering for `count` domains (an index and one page each), and their domains.yaml."""
+    port = free_port(IPS["a.test"])
+    site = Site("any", IPS["a.test"], port, {"/": page("index", ["/p1"]), "/p1": page("p1", ["/"])})
+    domains = [f"d{i:03d}.test" for i in range(count)]
+    config = {
+        "defaults": {"rate": 10_000, "burst": 1_000, "obey_robots": False, "prefetch": 4},
+        "resolve": dict.fromkeys(domains, site.ip),
+        "allow_private_networks": True,
+        "domains": {d: {} for d in domains},
+    }
+    return site, config
+
+
+async def test_one_consumer_serves_hundreds_of_domain_queues_over_several_connections(
+    tmp_path: Path,
+    amqp_url: str,
+    prefix: str,
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(consumer_module, "CHANNELS_PER_CONNECTION", 64)  # 200 queues: 4 connections
+    monkeypatch.setattr(consumer_module, "MAX_PREFETCHED", 400)  # 2 a queue, not the configured 4
+    site, config = many_domains(200)
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(config))
+    settings = settings_for(amqp_url, prefix, sqlite_url, path)
+    domains = sorted(load_config(path).domains)
+    caplog.set_level(logging.INFO, logger="crawler.consumer")
+    with serve(site):
+        stats = await crawl.consume(
+            settings, load_config(path), burst=True, seeds=[f"http://{d}:{site.port}/" for d in domains]
+        )
+    expected = {f"http://{d}:{site.port}{p}" for d in domains for p in ("/", "/p1")}
+    rows = stored(sqlite_url)
+    assert sorted(r[0] for r in rows) == sorted(expected)  # every domain crawled, each page once
+    assert all(s.ok == 2 for s in stats.values()) and len(stats) == 200
+    consuming = [r.getMessage() for r in caplog.records if r.getMessage().startswith("consuming")]
+    assert consuming and all(
+        "(200 domain queues) on 4 connection(s), prefetch up to 2 " in m for m in consuming
+    )
+    async with await aio_pika.connect(amqp_url) as connection:  # drained, and nobody consumes any more
+        channel = await connection.channel()
+        for d in domains:
+            declared = await channel.declare_queue(Names(prefix).domain_queue(d), passive=True)
+            assert (
+                declared.declaration_result.message_count,
+                declared.declaration_result.consumer_count,
+            ) == (0, 0)
+
+
+async def test_more_domains_than_a_connection_takes_are_a_clear_error_without_more_connections(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(consumer_module, "CHANNELS_PER_CONNECTION", 2)
+    _, config = many_domains(3)
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump(config))
+    settings = settings_for(amqp_url, prefix, sqlite_url, path)
+    loaded = load_config(path)
+    sink = Sink(sqlite_url)
+    fetcher = crawl.make_fetcher(loaded)
+    try:
+        async with crawl.frontier(settings, "test") as f:
+            worker = consumer_module.Consumer(
+                loaded, settings.names, f.connection, f.redis, sink, fetcher, None, label="test", burst=True
+            )
+            with pytest.raises(CrawlerError, match="room for 2 more; give this consumer fewer domains"):
+                await worker.run()
+    finally:
+        await fetcher.aclose()
+        sink.close()
