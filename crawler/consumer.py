@@ -53,7 +53,6 @@ from crawler.visit import Visitor
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 pages_log = logging.getLogger("crawler.pages")  # one line per page outcome: verbose
-T = TypeVar("T")
 
 DRAIN_POLL = 0.25  # seconds between checks for an empty frontier in burst mode
 CONFIG_POLL = 1.0  # seconds between checks of domains.yaml for an edit
