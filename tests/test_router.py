@@ -143,7 +143,7 @@ async def test_publishes_the_broker_refuses_release_their_claims_and_raise(
     links = ["http://books.test/ok", "http://shop.test/a", "http://shop.test/b"]
     with pytest.raises(PublishFailed, match="2 of 3 publishes were not confirmed"):
         await router.route(links, depth=1, claimant=b"p")
-    seen = SeenStore(redis, names.seen_key)
+    seen = SeenStore(redis, names)
     # The confirmed one is done for everybody; the refused ones are free for another page to route.
     assert await seen.claim([fingerprint(u) for u in links], b"q") == [False, True, True]
     await seen.release([fingerprint(u) for u in links[1:]])
