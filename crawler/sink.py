@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -37,6 +39,8 @@ from crawler.errors import ConfigError, ServiceUnavailable, SinkError
 # other processes are kept apart by the database lock taken in migrations/env.py.
 _MIGRATING = threading.Lock()
 CONTENT_TYPE_LENGTH = 255
+# How long a SQLite connection waits for another process's lock before giving up.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
 def _utcnow() -> datetime:
@@ -128,12 +132,29 @@ def create_sink_engine(url: URL) -> Engine:
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     # busy_timeout first: switching to WAL needs a lock another process may hold.
-    cursor.execute("PRAGMA busy_timeout = 30000")
-    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    _switch_to_wal(cursor)
     cursor.execute("PRAGMA synchronous = NORMAL")
     cursor.close()
     # Let SQLAlchemy emit BEGIN itself (below) instead of sqlite3's implicit, deferred one.
     dbapi_connection.isolation_level = None
+
+
+def _switch_to_wal(cursor: Any) -> None:
+    # SQLite answers "database is locked" at once, without the busy timeout, when two
+    # processes open a new database together and both try to switch it to WAL (one holds
+    # a shared lock while waiting for the other's); waiting and trying again resolves it.
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.25)
 
 
 def _sqlite_on_begin(conn: Connection) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -186,6 +188,26 @@ def test_sqlite_connections_use_wal_and_wait_for_locks(sqlite_url: str) -> None:
             assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
     finally:
         engine.dispose()
+
+
+def test_switching_to_wal_waits_for_another_process_write_lock(sqlite_url: str) -> None:
+    # The race of two consumers opening a new database at once, made deterministic: another
+    # connection holds the write lock of a not-yet-WAL database, and releases it shortly.
+    other = sqlite3.connect(
+        str(engine_url(sqlite_url).database), isolation_level=None, check_same_thread=False
+    )
+    other.execute("CREATE TABLE t (x)")
+    other.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.2, other.execute, ("COMMIT",))
+    release.start()
+    engine = create_sink_engine(engine_url(sqlite_url))
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    finally:
+        engine.dispose()
+        release.join()
+        other.close()
 
 
 @pytest.mark.parametrize(
