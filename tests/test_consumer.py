@@ -60,12 +60,21 @@ async def wait_for(condition: Callable[[], bool], timeout: float = 60) -> None:
         await asyncio.sleep(0.02)
 
 
-def finish(process: subprocess.Popen[str], timeout: float = 90) -> int:
-    """Wait for a process; fail the test with its stderr if it does not exit 0."""
-    _, err = process.communicate(timeout=timeout)
-    assert process.returncode == 0, err
-    assert "Traceback" not in err, err
-    return process.returncode
+def finish(*processes: subprocess.Popen[str], timeout: float = 90) -> None:
+    """Wait for every process; fail the test with a stderr if one does not exit 0 cleanly."""
+    # All are waited for (or killed) before any assertion, so a failure leaves none running.
+    errors = []
+    for process in processes:
+        try:
+            _, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            _, err = process.communicate()
+            err += f"\n(killed after {timeout}s)"
+        errors.append((process.returncode, err))
+    for returncode, err in errors:
+        assert returncode == 0, err
+        assert "Traceback" not in err, err
 
 
 async def seed(settings: Settings, *urls: str) -> None:
@@ -87,8 +96,7 @@ async def test_two_consumer_processes_store_every_page_exactly_once(
     with serve(*sites):
         await seed(settings, *(s.url() for s in sites))
         workers = [consumer(settings, "--burst", "--prefetch", "4") for _ in range(2)]
-        for w in workers:
-            await asyncio.to_thread(finish, w)
+        await asyncio.to_thread(finish, *workers)
     rows = stored(database_url)
     assert sorted(r[0] for r in rows) == sorted(reachable(sites))  # each page once, no duplicate rows
     assert all(r[1] == 200 and r[2] is None for r in rows if not r[0].endswith("/missing"))

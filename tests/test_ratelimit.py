@@ -75,8 +75,7 @@ async def test_three_consumers_together_keep_the_domains_rate(
     with serve(site):
         await crawl.seed(settings, load_config(settings.config_path), [site.url()])
         workers = [consumer(settings, "--burst") for _ in range(3)]
-        for w in workers:
-            await asyncio.to_thread(finish, w, 120)
+        await asyncio.to_thread(finish, *workers, timeout=120)
     times = [t for t, _ in site.requests]
     assert len(times) == 26  # robots.txt, home, 24 pages
     for window in (1.0, 2.0, 5.0):
@@ -95,8 +94,7 @@ async def test_robots_txt_is_obeyed_by_every_consumer_and_crawl_delay_holds(
     with serve(site):
         await crawl.seed(settings, load_config(settings.config_path), [site.url()])
         workers = [consumer(settings, "--burst") for _ in range(2)]
-        for w in workers:
-            await asyncio.to_thread(finish, w, 120)
+        await asyncio.to_thread(finish, *workers, timeout=120)
     paths = [p for _, p in site.requests]
     assert paths.count("/robots.txt") == 1  # fetched once, shared through Redis
     assert not [p for p in paths if p == "/p/1" or p.startswith("/p/1")]  # /p/1, /p/10, /p/11
@@ -141,7 +139,7 @@ async def test_a_429_storm_slows_the_domain_and_it_recovers(
         worker = consumer(settings, "--burst")
         await wait_for(lambda: len(site.requests) >= 30)
         storm["start"] = time.monotonic()
-        await asyncio.to_thread(finish, worker, 120)
+        await asyncio.to_thread(finish, worker, timeout=120)
     start = storm["start"]
     times = [t for t, _ in site.requests]
 
