@@ -29,7 +29,7 @@ import yaml
 
 from bench import nginx, services
 from bench.procs import Child, service_cpu, total_cpu
-from bench.tools import _db_progress, _env, _script
+from bench.tools import _db_progress, _script, crawler_env
 
 IPS = tuple(f"127.0.0.{41 + i}" for i in range(4))
 PORT = 8091
@@ -60,37 +60,13 @@ def write_site(root: Path, pages: int) -> None:
 
 def nginx_config(site: Path, state: Path) -> str:
     """One server answering every Host on the bench IPs from `site`."""
-    user = "user root root;\n" if os.geteuid() == 0 else ""
     listens = "".join(f"        listen {ip}:{PORT} default_server;\n" for ip in IPS)
-    return f"""{user}worker_processes 1;
-worker_rlimit_nofile 65536;
-pid {state}/nginx.pid;
-error_log {state}/error.log warn;
-events {{
-    worker_connections 8192;
-}}
-http {{
-    types {{
-        text/html html;
-    }}
-    default_type application/octet-stream;
-    charset utf-8;
-    access_log off;
-    keepalive_timeout 65;
-    keepalive_requests 1000000;
-    open_file_cache max=100 inactive=120s;
-    client_body_temp_path {state}/client_body;
-    proxy_temp_path {state}/proxy;
-    fastcgi_temp_path {state}/fastcgi;
-    uwsgi_temp_path {state}/uwsgi;
-    scgi_temp_path {state}/scgi;
-    server {{
+    server = f"""    server {{
 {listens}        server_name _;
         root {site};
         index index.html;
-    }}
-}}
-"""
+    }}"""
+    return nginx.frame(server, state, connections=8192, open_files=100)
 
 
 def crawler_config(domains: Sequence[str], prefetch: int) -> dict[str, object]:
@@ -204,7 +180,6 @@ def measure(domains: int, pages: int, prefetch: int, work: Path, timeout: float)
     site = work / "site"
     write_site(site, pages)
     db = work / "crawl.db"
-    db.unlink(missing_ok=True)
     config = work / "domains.yaml"
     config.write_text(yaml.safe_dump(crawler_config(names, prefetch)))
     log_path = work / "consume.log"
@@ -212,18 +187,8 @@ def measure(domains: int, pages: int, prefetch: int, work: Path, timeout: float)
         server = stack.enter_context(
             nginx.run(nginx_config(site, work / "nginx"), [(ip, PORT) for ip in IPS], work / "nginx")
         )
-        amqp_url = stack.enter_context(services.vhost())
-        prefix = stack.enter_context(services.key_prefix("crawlermany"))
-        env = _env(
-            CRAWLER_AMQP_URL=amqp_url,
-            CRAWLER_REDIS_URL=services.REDIS_URL,
-            CRAWLER_DATABASE_URL=f"sqlite:///{db}",
-            CRAWLER_CONFIG=str(config),
-            CRAWLER_PREFIX=prefix,
-        )
-        with (work / "setup.log").open("wb") as log:
-            if Child.start("db upgrade", [*_script("crawler"), "db", "upgrade"], env, log).wait():
-                raise SystemExit(f"bench: `crawler db upgrade` failed, see {work / 'setup.log'}")
+        env = crawler_env(stack, config, db, "crawlermany")
+        with (work / "setup.log").open("ab") as log:
             begun = time.monotonic()
             seeds = [f"http://{d}:{PORT}/" for d in names]
             if Child.start("seed", [*_script("crawler"), "seed", *seeds], env, log).wait():

@@ -37,8 +37,6 @@ def binary() -> str:
 
 def config(spec: SiteSpec, site: Path, state: Path) -> str:
     """nginx.conf serving each host's directory on its own IP; every path under `state`."""
-    # As root, workers would switch to `nobody`, who may not read a private temp directory.
-    user = "user root root;\n" if os.geteuid() == 0 else ""
     servers = "\n".join(
         f"    server {{\n"
         f"        listen {host}:{spec.port};\n"
@@ -48,13 +46,20 @@ def config(spec: SiteSpec, site: Path, state: Path) -> str:
         f"    }}"
         for host in spec.hosts
     )
+    return frame(servers, state, connections=4096, open_files=8000)
+
+
+def frame(servers: str, state: Path, *, connections: int, open_files: int) -> str:
+    """A whole nginx.conf around the `servers` blocks; every path under `state`."""
+    # As root, workers would switch to `nobody`, who may not read a private temp directory.
+    user = "user root root;\n" if os.geteuid() == 0 else ""
     # The open-file cache keeps a descriptor per cached page: keep it well under the descriptor limit.
     return f"""{user}worker_processes 1;
 worker_rlimit_nofile 65536;
 pid {state}/nginx.pid;
 error_log {state}/error.log warn;
 events {{
-    worker_connections 4096;
+    worker_connections {connections};
 }}
 http {{
     types {{
@@ -67,7 +72,7 @@ http {{
     tcp_nopush on;
     keepalive_timeout 65;
     keepalive_requests 1000000;
-    open_file_cache max=8000 inactive=120s;
+    open_file_cache max={open_files} inactive=120s;
     client_body_temp_path {state}/client_body;
     proxy_temp_path {state}/proxy;
     fastcgi_temp_path {state}/fastcgi;

@@ -26,6 +26,7 @@ from bench import services
 from bench.nginx import Nginx
 from bench.procs import Child, service_cpu, total_cpu
 from bench.site import SiteSpec
+from crawler.names import Names
 
 SAMPLE_EVERY = 0.5  # seconds between progress and RSS samples
 TOOL = "tool"  # the CPU kind of the measured tool's own processes
@@ -298,28 +299,33 @@ def _crawler_pages(result: Result, db: Path, started_at: float) -> None:
         result.notes.append(f"{(ok or 0) - (priced or 0)} pages without a price")
 
 
+def crawler_env(stack: ExitStack, config: Path, db: Path, label: str) -> dict[str, str]:
+    """The environment for crawler commands: a fresh vhost, key prefix and migrated SQLite `db`."""
+    db.unlink(missing_ok=True)
+    env = _env(
+        CRAWLER_AMQP_URL=stack.enter_context(services.vhost()),
+        CRAWLER_REDIS_URL=services.REDIS_URL,
+        CRAWLER_DATABASE_URL=f"sqlite:///{db}",
+        CRAWLER_CONFIG=str(config),
+        CRAWLER_PREFIX=stack.enter_context(services.key_prefix(label)),
+    )
+    setup = db.parent / "setup.log"
+    with setup.open("wb") as log:
+        if Child.start("db upgrade", [*_script("crawler"), "db", "upgrade"], env, log).wait():
+            raise SystemExit(f"bench: `crawler db upgrade` failed, see {setup}")
+    return env
+
+
 def run_crawler(bench: Bench, processes: int) -> Result:
     """`crawler seed` the index pages, then `processes` x `crawler-consume --burst`."""
     out = bench.work / f"crawler-{processes}"
     out.mkdir(parents=True, exist_ok=True)
     result = Result("crawler", processes, bench.spec.total)
     db = out / "crawl.db"
-    db.unlink(missing_ok=True)
     config = out / "domains.yaml"
     config.write_text(yaml.safe_dump(crawler_config(bench.spec)))
     with ExitStack() as stack:
-        amqp_url = stack.enter_context(services.vhost())
-        prefix = stack.enter_context(services.key_prefix("crawlerbench"))
-        env = _env(
-            CRAWLER_AMQP_URL=amqp_url,
-            CRAWLER_REDIS_URL=services.REDIS_URL,
-            CRAWLER_DATABASE_URL=f"sqlite:///{db}",
-            CRAWLER_CONFIG=str(config),
-            CRAWLER_PREFIX=prefix,
-        )
-        with (out / "setup.log").open("wb") as log:
-            if Child.start("db upgrade", [*_script("crawler"), "db", "upgrade"], env, log).wait():
-                raise SystemExit(f"bench: `crawler db upgrade` failed, see {out / 'setup.log'}")
+        env = crawler_env(stack, config, db, "crawlerbench")
         children = stack.enter_context(_measured(bench, result))
         started, started_at = time.monotonic(), time.time()
         log = stack.enter_context((out / "seed.log").open("wb"))
@@ -336,7 +342,7 @@ def run_crawler(bench: Bench, processes: int) -> Result:
             result.profiles.append(stack.enter_context(_profiled(consumers[0], out)))
         _watch(bench, result, started, consumers, _db_progress(db))
         result.exit_seconds = time.monotonic() - started
-        routed = _seen_count(f"{prefix}:seen")
+        routed = _seen_count(Names(env["CRAWLER_PREFIX"]).seen_key)
         if routed != bench.spec.total:
             result.notes.append(f"{routed} URLs routed, expected {bench.spec.total}")
     _crawler_pages(result, db, started_at)
