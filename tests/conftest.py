@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import aio_pika
 import psycopg
 import pytest
 from psycopg import sql
@@ -71,3 +72,10 @@ async def redis() -> AsyncIterator[Redis]:
         yield client
     finally:
         await client.aclose()
+
+
+@pytest.fixture
+async def channel(amqp_url: str) -> AsyncIterator[aio_pika.abc.AbstractChannel]:
+    """A channel with publisher confirms on the test's own vhost."""
+    async with await aio_pika.connect(amqp_url) as connection:
+        yield await connection.channel(publisher_confirms=True)

@@ -9,12 +9,16 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import httpx
 import redis
 
 from crawler.settings import Settings
+
+if TYPE_CHECKING:
+    import aio_pika.abc
 
 AMQP_HOST = os.environ.get("CRAWLER_TEST_AMQP_HOST", "localhost")
 MANAGEMENT = f"http://{AMQP_HOST}:15672"
@@ -116,6 +120,18 @@ def run(
         timeout=timeout,
         check=False,
     )
+
+
+async def drain(
+    channel: aio_pika.abc.AbstractChannel, queue: str
+) -> list[aio_pika.abc.AbstractIncomingMessage]:
+    """Take and ack every ready message of `queue`, in order."""
+    declared = await channel.get_queue(queue)
+    out = []
+    while (message := await declared.get(fail=False)) is not None:
+        await message.ack()
+        out.append(message)
+    return out
 
 
 async def queue_depth(amqp_url: str, queue: str) -> int:

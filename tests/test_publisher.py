@@ -2,22 +2,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import aio_pika
 import pytest
-from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage
+from aio_pika.abc import AbstractChannel, AbstractExchange
 from aio_pika.exceptions import DeliveryError
 
 from crawler.errors import CrawlerError
 from crawler.message import persistent
 from crawler.publisher import NotConfirmed, Outgoing, Publisher
-
-
-@pytest.fixture
-async def channel(amqp_url: str) -> AsyncIterator[AbstractChannel]:
-    async with await aio_pika.connect(amqp_url) as connection:
-        yield await connection.channel(publisher_confirms=True)
+from tests.services import drain
 
 
 async def _exchange_and_queue(
@@ -27,15 +21,6 @@ async def _exchange_and_queue(
     queue = await channel.declare_queue("q", durable=True, arguments=arguments)
     await queue.bind(exchange, "#")
     return exchange, queue.name
-
-
-async def _drain(channel: AbstractChannel, name: str) -> list[AbstractIncomingMessage]:
-    queue = await channel.get_queue(name)
-    out = []
-    while (message := await queue.get(fail=False)) is not None:
-        await message.ack()
-        out.append(message)
-    return out
 
 
 async def test_a_batch_arrives_as_aio_pika_would_have_sent_it(channel: AbstractChannel) -> None:
@@ -48,7 +33,7 @@ async def test_a_batch_arrives_as_aio_pika_would_have_sent_it(channel: AbstractC
     ]
     assert await Publisher(exchange).publish(batch) == [None, None, None]
 
-    got = await _drain(channel, name)
+    got = await drain(channel, name)
     assert [(m.routing_key, m.body, m.priority) for m in got] == [
         (o.routing_key, o.body, o.priority) for o in batch
     ]
@@ -71,7 +56,7 @@ async def test_batches_interleave_with_aio_pika_publishes_on_one_channel(channel
 
     outcomes = await asyncio.gather(*(batch(n) for n in range(20)), *(single(n) for n in range(100)))
     assert all(o == [None] * 25 for o in outcomes[:20])
-    assert len(await _drain(channel, name)) == 20 * 25 + 100
+    assert len(await drain(channel, name)) == 20 * 25 + 100
 
 
 async def test_publishes_the_broker_refuses_fail_one_by_one(channel: AbstractChannel) -> None:
@@ -103,7 +88,7 @@ async def test_a_channel_without_confirms_is_refused(amqp_url: str) -> None:
         exchange, name = await _exchange_and_queue(channel)
         with pytest.raises(CrawlerError, match="publisher_confirms=True"):
             await Publisher(exchange).publish([Outgoing("a.test", b"1", 0)])
-        assert await _drain(channel, name) == []
+        assert await drain(channel, name) == []
 
 
 async def test_a_robust_channel_reopened_after_an_error_publishes_again(amqp_url: str) -> None:
@@ -121,4 +106,4 @@ async def test_a_robust_channel_reopened_after_an_error_publishes_again(amqp_url
         await reopened.wait()
         assert await channel.get_underlay_channel() is not before
         assert await publisher.publish([Outgoing("a.test", b"2", 0)]) == [None]
-        assert [m.body for m in await _drain(channel, name)] == [b"1", b"2"]
+        assert [m.body for m in await drain(channel, name)] == [b"1", b"2"]

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import aio_pika
 import pytest
@@ -15,6 +14,7 @@ from crawler.names import Names
 from crawler.quota import PageQuota
 from crawler.router import PublishFailed, Router
 from crawler.urls import fingerprint
+from tests.services import drain
 
 CONFIG = """
 defaults: {max_depth: 2}
@@ -24,29 +24,12 @@ domains:
 """
 
 
-@pytest.fixture
-async def channel(amqp_url: str) -> AsyncIterator[aio_pika.abc.AbstractChannel]:
-    async with await aio_pika.connect(amqp_url) as connection:
-        yield await connection.channel(publisher_confirms=True)
-
-
 async def _router(
     channel: aio_pika.abc.AbstractChannel, redis: Redis, names: Names, config: CrawlConfig
 ) -> Router:
     await declare(channel, topology(config, names))
     exchange = await channel.get_exchange(names.frontier)
     return Router(config, exchange, SeenStore(redis, names), PageQuota(redis, names))
-
-
-async def _drain(
-    channel: aio_pika.abc.AbstractChannel, name: str
-) -> list[aio_pika.abc.AbstractIncomingMessage]:
-    queue = await channel.get_queue(name)
-    out = []
-    while (message := await queue.get(fail=False)) is not None:
-        await message.ack()
-        out.append(message)
-    return out
 
 
 async def test_route_canonicalises_scopes_dedups_and_publishes(
@@ -68,7 +51,7 @@ async def test_route_canonicalises_scopes_dedups_and_publishes(
     assert sorted(routed.published) == ["http://books.test/c", "http://shop.test/a", "http://www.shop.test/b"]
     assert (routed.out_of_scope, routed.invalid) == (1, 2)
 
-    shop = await _drain(channel, names.domain_queue("shop.test"))
+    shop = await drain(channel, names.domain_queue("shop.test"))
     bodies = sorted(json.loads(m.body)["url"] for m in shop)
     assert bodies == ["http://shop.test/a", "http://www.shop.test/b"]
     assert {m.priority for m in shop} == {7}  # the domain's priority at depth 1
@@ -166,7 +149,7 @@ async def test_the_router_publishes_again_once_its_robust_channel_is_reopened(
         await reopened.wait()
         routed = await router.route(["http://shop.test/after"], depth=1, claimant=b"p")
         assert routed.published == ["http://shop.test/after"]
-        assert len(await _drain(channel, names.domain_queue("shop.test"))) == 1
+        assert len(await drain(channel, names.domain_queue("shop.test"))) == 1
 
 
 async def test_a_pages_links_are_confirmed_concurrently(
@@ -177,7 +160,7 @@ async def test_a_pages_links_are_confirmed_concurrently(
     links = [f"/p/{i}" for i in range(300)]
     routed = await router.route(links, depth=1, claimant=b"p", base="http://shop.test/")
     assert len(routed.published) == 300
-    assert len(await _drain(channel, names.domain_queue("shop.test"))) == 300
+    assert len(await drain(channel, names.domain_queue("shop.test"))) == 300
 
 
 def test_priority_for_ranks_seeds_then_rules_then_shallow_links() -> None:
