@@ -275,13 +275,38 @@ class _Plain(_Layout):
         return int(await self.redis.hlen(self.names.seen_key))
 
 
-class _Compact(_Layout):
-    def __init__(self, redis: Redis, names: Names, buckets: int) -> None:
+class _Spread(_Layout):
+    """A layout spreading fingerprints over many keys, with claims pending until confirmed."""
+
+    def __init__(
+        self, redis: Redis, names: Names, claim: str, confirm: str, shape: Sequence[int] = ()
+    ) -> None:
         super().__init__(redis, names)
+        self._claim = redis.register_script(claim)
+        self._confirm = redis.register_script(confirm)
+        self._shape = list(shape)  # the scripts' leading arguments, before the fingerprints'
+
+    def _split(self, fingerprints: Sequence[bytes]) -> tuple[list[str], list[bytes | int]]:
+        """The keys holding each fingerprint, and the scripts' arguments for it."""
+        raise NotImplementedError
+
+    async def claim(self, fingerprints: Sequence[bytes], claimant: bytes) -> list[Any]:
+        spread, args = self._split(fingerprints)
+        keys = [self.names.seen_meta_key, self.names.seen_key, self.names.seen_pending_key, *spread]
+        result: list[Any] = await self._claim(keys=keys, args=[self.name, claimant, *self._shape, *args])
+        return result
+
+    async def confirm(self, fingerprints: Sequence[bytes]) -> int | None:
+        spread, args = self._split(fingerprints)
+        keys = [self.names.seen_meta_key, self.names.seen_pending_key, *spread]
+        return int(await self._confirm(keys=keys, args=[*self._shape, *args]))
+
+
+class _Compact(_Spread):
+    def __init__(self, redis: Redis, names: Names, buckets: int) -> None:
+        super().__init__(redis, names, _COMPACT_CLAIM, _COMPACT_CONFIRM)
         self.buckets = buckets
         self.name = f"compact/1 buckets={buckets}"
-        self._claim = redis.register_script(_COMPACT_CLAIM)
-        self._confirm = redis.register_script(_COMPACT_CONFIRM)
 
     def _split(self, fingerprints: Sequence[bytes]) -> tuple[list[str], list[bytes | int]]:
         # The whole fingerprint is kept, as (bucket, member): no precision is lost to the bucket.
@@ -294,25 +319,12 @@ class _Compact(_Layout):
             args += (fp, member)
         return keys, args
 
-    async def claim(self, fingerprints: Sequence[bytes], claimant: bytes) -> list[Any]:
-        buckets, args = self._split(fingerprints)
-        keys = [self.names.seen_meta_key, self.names.seen_key, self.names.seen_pending_key, *buckets]
-        result: list[Any] = await self._claim(keys=keys, args=[self.name, claimant, *args])
-        return result
 
-    async def confirm(self, fingerprints: Sequence[bytes]) -> int | None:
-        buckets, args = self._split(fingerprints)
-        keys = [self.names.seen_meta_key, self.names.seen_pending_key, *buckets]
-        return int(await self._confirm(keys=keys, args=args))
-
-
-class _Bloom(_Layout):
+class _Bloom(_Spread):
     def __init__(self, redis: Redis, names: Names, shape: BloomShape) -> None:
-        super().__init__(redis, names)
+        super().__init__(redis, names, _BLOOM_CLAIM, _BLOOM_CONFIRM, shape=(shape.hashes, shape.bits))
         self.shape = shape
         self.name = f"bloom/1 keys={shape.keys} bits={shape.bits} k={shape.hashes}"
-        self._claim = redis.register_script(_BLOOM_CLAIM)
-        self._confirm = redis.register_script(_BLOOM_CONFIRM)
 
     def _split(self, fingerprints: Sequence[bytes]) -> tuple[list[str], list[bytes | int]]:
         # Three independent numbers per URL (bitmap, h1, h2) stretched from its fingerprint: the
@@ -324,18 +336,6 @@ class _Bloom(_Layout):
             keys.append(self.names.seen_bloom_key(int.from_bytes(digest[:4], "big") % self.shape.keys))
             args += (fp, int.from_bytes(digest[4:8], "big"), int.from_bytes(digest[8:], "big") | 1)
         return keys, args
-
-    async def claim(self, fingerprints: Sequence[bytes], claimant: bytes) -> list[Any]:
-        bitmaps, args = self._split(fingerprints)
-        keys = [self.names.seen_meta_key, self.names.seen_key, self.names.seen_pending_key, *bitmaps]
-        shape = [self.shape.hashes, self.shape.bits]
-        result: list[Any] = await self._claim(keys=keys, args=[self.name, claimant, *shape, *args])
-        return result
-
-    async def confirm(self, fingerprints: Sequence[bytes]) -> int | None:
-        bitmaps, args = self._split(fingerprints)
-        keys = [self.names.seen_meta_key, self.names.seen_pending_key, *bitmaps]
-        return int(await self._confirm(keys=keys, args=[self.shape.hashes, self.shape.bits, *args]))
 
 
 class SeenStore:
