@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import random
+from urllib.parse import urljoin
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from crawler.extract import Extracted, charset_from_content_type, compile_fields, extract
+from crawler.extract import Extracted, _Joiner, charset_from_content_type, compile_fields, extract
 
 PAGE = "https://ex.com/a/page.html"
 
@@ -288,3 +289,41 @@ def test_never_raises_on_arbitrary_hrefs(hrefs: list[str], url: str) -> None:
     body = "".join(f"<base href='{h}'><a href='{h}'>" for h in hrefs)
     result = extract(body.encode("utf-8", "surrogatepass"), url)
     assert len(result.links) == len(set(result.links))
+
+
+# Bases and href pieces that reach every branch of the joiner's shortcuts and urljoin's own rules.
+JOIN_BASES = [
+    PAGE,
+    "http://ex.com",
+    "http://Ex.COM:81/a//b/c?x=1#f",
+    "HTTP://ex.com/a/../b/c",
+    "http://u:p@ex.com/a/b/",
+    "https://[::1]/x",
+    "http://h/../../a/./b",
+    "https://xn--nxa.com/\u00e9/",
+    "ftp://h/a",
+    "mailto:x@y",
+    "page.html",
+    "",
+]
+HREF_PIECES = [
+    "/", "//", ".", "..", "./", "../", "a", "b.html", "?", "#", "x=1", ":", ";", ";p=1", "%2F", "@",
+    "http:", "https:", "http://", "https://", "mailto:", "h", "[", "]", "\u00e9", "\uff03", "\t", " ", "\x00",
+]  # fmt: skip
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    base=st.sampled_from(JOIN_BASES),
+    href=st.lists(st.sampled_from(HREF_PIECES), min_size=1, max_size=6).map("".join) | st.text(),
+)
+def test_joining_a_link_is_exactly_urljoin(base: str, href: str) -> None:
+    try:
+        expected: str | type[ValueError] = urljoin(base, href)
+    except ValueError:
+        expected = ValueError
+    try:
+        joined: str | type[ValueError] = _Joiner(base).join(href)
+    except ValueError:
+        joined = ValueError
+    assert joined == expected
