@@ -2,26 +2,43 @@
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Callable
+
 from redis.asyncio import Redis
 
 from crawler.names import Names
+
+# How long the router trusts a domain's count read from Redis: reading it for every page's links was
+# one of the few Redis round trips per page, and `take` enforces the limit whatever the router saw.
+COUNT_READ_INTERVAL = 1.0
 
 
 class PageQuota:
     """Counts pages per domain in Redis, shared by every worker of a crawl."""
 
-    def __init__(self, redis: Redis, names: Names) -> None:
+    def __init__(self, redis: Redis, names: Names, clock: Callable[[], float] = time.monotonic) -> None:
         self._redis = redis
         self._names = names
+        self._clock = clock
+        self._counts: dict[str, tuple[float, int]] = {}  # domain -> (when read, pages counted)
 
     async def take(self, domain: str, max_pages: int) -> bool:
         """Count one page against the domain; False if that would exceed `max_pages`."""
         return int(await self._redis.incr(self._names.pages_key(domain))) <= max_pages
 
     async def full(self, domains: set[str], max_pages: dict[str, int]) -> set[str]:
-        """Which of `domains` have used up their quota."""
-        if not domains:
-            return set()
-        ordered = sorted(domains)
-        counts = await self._redis.mget([self._names.pages_key(d) for d in ordered])
-        return {d for d, c in zip(ordered, counts, strict=True) if c is not None and int(c) >= max_pages[d]}
+        """Which of `domains` had used up their quota when last read, at most COUNT_READ_INTERVAL ago.
+
+        The router asks, so as not to queue pages that `take` would refuse.
+        """
+        now = self._clock()
+        stale = sorted(
+            d for d in domains if now - self._counts.get(d, (-math.inf, 0))[0] >= COUNT_READ_INTERVAL
+        )
+        if stale:
+            counts = await self._redis.mget([self._names.pages_key(d) for d in stale])
+            for domain, count in zip(stale, counts, strict=True):
+                self._counts[domain] = (now, int(count or 0))
+        return {d for d in domains if self._counts[d][1] >= max_pages[d]}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from crawler.config import Rules
@@ -13,13 +14,21 @@ def trap(url: str, rules: Rules) -> str | None:
     """Why a canonical URL looks like a trap, or None if it does not."""
     if len(url) > rules.max_url_length:
         return f"URL longer than max_url_length {rules.max_url_length}"
-    segments = [s for s in urlsplit(url).path.split("/") if s]
-    if len(segments) > MAX_SEGMENTS:
+    depth, run = _path_shape(url)
+    if depth > MAX_SEGMENTS:
         return f"path deeper than {MAX_SEGMENTS} segments"
-    run = repeated_run(segments)
     if run > rules.max_path_repeats:
         return f"a run of path segments repeats {run} times (max_path_repeats {rules.max_path_repeats})"
     return None
+
+
+@lru_cache(maxsize=65_536)
+def _path_shape(url: str) -> tuple[int, int]:
+    # Remembered: the router checks every link of every page, and pages of a site share most links.
+    segments = [s for s in urlsplit(url).path.split("/") if s]
+    if len(segments) > MAX_SEGMENTS:
+        return len(segments), 0
+    return len(segments), repeated_run(segments)
 
 
 def repeated_run(segments: list[str]) -> int:

@@ -81,6 +81,7 @@ def _drop_path_params(path: str, dropped: Collection[str]) -> str:
     return "/".join(segments)
 
 
+@lru_cache(maxsize=65_536)  # the router asks it of every link of every page
 def host_of(url: str) -> str:
     """Host of a canonical URL (lower case, no port)."""
     return urlsplit(url).hostname or ""
