@@ -35,7 +35,15 @@ def binary() -> str:
     return shutil.which("nginx") or "/usr/sbin/nginx"
 
 
-def config(spec: SiteSpec, site: Path, state: Path) -> str:
+# --redirects: every page moved, as sites that fold one spelling of a path into another do. Each link
+# costs a 301 to the page's new home, which serves the same file.
+MOVED = (
+    "        location ~ ^/p/([0-9]+)\\.html$ {{ return 301 /moved/$1.html; }}\n"
+    "        location /moved/ {{ alias {root}/p/; }}\n"
+)
+
+
+def config(spec: SiteSpec, site: Path, state: Path, *, redirects: bool = False) -> str:
     """nginx.conf serving each host's directory on its own IP; every path under `state`."""
     servers = "\n".join(
         f"    server {{\n"
@@ -43,6 +51,7 @@ def config(spec: SiteSpec, site: Path, state: Path) -> str:
         f"        server_name {host};\n"
         f"        root {site / host};\n"
         f"        index index.html;\n"
+        f"{MOVED.format(root=site / host) if redirects else ''}"
         f"    }}"
         for host in spec.hosts
     )
@@ -104,10 +113,11 @@ def _listening(host: str, port: int) -> bool:
 
 
 @contextmanager
-def serve(spec: SiteSpec, site: Path, state: Path) -> Iterator[Nginx]:
-    """Run nginx in the foreground of a child process until the block ends."""
+def serve(spec: SiteSpec, site: Path, state: Path, *, redirects: bool = False) -> Iterator[Nginx]:
+    """Run nginx in the foreground of a child process until the block ends (`redirects`: see MOVED)."""
     state.mkdir(parents=True, exist_ok=True)
-    with run(config(spec, site, state), [(h, spec.port) for h in spec.hosts], state) as server:
+    text = config(spec, site, state, redirects=redirects)
+    with run(text, [(h, spec.port) for h in spec.hosts], state) as server:
         yield server
 
 

@@ -115,6 +115,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--stall", type=float, default=120, help="seconds without progress before a tool is killed"
     )
     parser.add_argument("--profile", action="store_true", help="py-spy the first crawler-consume process")
+    parser.add_argument(
+        "--redirects", action="store_true", help="every page but the index answers 301 to its new home"
+    )
     args = parser.parse_args(argv)
     # Stopped early, the bench still kills its tools and nginx (the finally blocks run on exit).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -133,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if "crawler" in args.only:
         runs.append((f"crawler x{args.processes}", lambda b: run_crawler(b, args.processes)))
     results = []
-    with nginx.serve(spec, site, run_dir / "nginx") as server:
+    with nginx.serve(spec, site, run_dir / "nginx", redirects=args.redirects) as server:
         print(background(), flush=True)
         for label, run in runs:
             bench = Bench(spec, server, run_dir, args.timeout, args.stall, args.profile)

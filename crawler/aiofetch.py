@@ -17,12 +17,12 @@ from yarl import URL
 from crawler.config import CrawlConfig, Rules
 from crawler.connect import AddressPolicy, GuardedBackend, GuardedResolver
 from crawler.errors import BadResponse, ConnectFailed, FetchError, Refused, TooLarge
-from crawler.fetch import HTML_TYPES, REDIRECTS, FollowingFetcher, read_body, request_headers
+from crawler.fetch import HTML_TYPES, REDIRECTS, BoundedFetcher, read_body, request_headers
 
 MAX_HEADER_BYTES = 65_536
 
 
-class AiohttpFetcher(FollowingFetcher):
+class AiohttpFetcher(BoundedFetcher):
     """Fetches directly with one pooled aiohttp session per process; redirects as HttpFetcher."""
 
     def __init__(self, config: CrawlConfig, *, max_connections: int = 100) -> None:

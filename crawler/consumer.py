@@ -48,7 +48,7 @@ from crawler.robots import Robots
 from crawler.router import PublishFailed, Routed, Router
 from crawler.sink import PageRecord, Sink
 from crawler.urls import canonicalise, fingerprint, host_of
-from crawler.visit import Visitor
+from crawler.visit import Visitor, hop_id
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class Consumer:
             fetcher,
             RateLimiter(redis, names),
             Robots(redis, names, fetcher, config.user_agent),
-            self._check_scope,
+            self,
             lambda domain: self.config.rules_for(domain),
             config.max_retry_after,
         )
@@ -233,7 +233,7 @@ class Consumer:
             await message.ack()
             return
         record = PageRecord(url=url, domain=domain, depth=crawl.depth, attempts=attempts)
-        outcome = await self.visitor.visit(record, rules, self._fields[domain])
+        outcome = await self.visitor.visit(record, rules, self._fields[domain], crawl.via)
         self.metrics.observe_visit(domain, outcome)
         seconds = outcome.fetched.seconds if outcome.fetched else 0.0
         failure = outcome.failure
@@ -266,6 +266,12 @@ class Consumer:
         if outcome.links:
             routed = await self._route(outcome.links, crawl.depth + 1, url)
             self.metrics.observe_links(domain, routed)
+        if outcome.redirect is not None:
+            # Routed like a link at the page's own depth: the target's domain queue, rate, robots.txt
+            # and dedup claim apply to it as to any request; a target already seen is not fetched.
+            via = (*crawl.via, hop_id(url))
+            routed = await self._route([outcome.redirect], crawl.depth, url, via)
+            self.metrics.observe_links(domain, routed)
         if failure is not None and failure.transient:
             await self._set_aside(message, domain, failure, attempts)
             self.stats[domain].dead += 1
@@ -289,16 +295,23 @@ class Consumer:
         )
         await message.ack()
 
-    def _check_scope(self, url: str) -> None:
-        self.router.scope(canonicalise(url, tracking=self.config.dropped_params))
+    def canonical(self, url: str, base: str | None = None) -> str:
+        """The canonical form of `url` under the running configuration (the Visitor's Scope)."""
+        return canonicalise(url, base, self.config.dropped_params)
+
+    def scope(self, url: str, host: str | None = None) -> str | None:
+        """The configured domain of a canonical URL; BadURL if it is out of scope."""
+        return self.router.scope(url, host)
 
     async def _store(self, record: PageRecord) -> None:
         await _short_retries(SinkError, lambda: self._writes.store(record))
 
-    async def _route(self, links: Sequence[str], depth: int, parent: str) -> Routed:
+    async def _route(
+        self, links: Sequence[str], depth: int, parent: str, via: tuple[str, ...] = ()
+    ) -> Routed:
         claimant = fingerprint(parent)
         return await _short_retries(
-            PublishFailed, lambda: self.router.route(links, depth=depth, claimant=claimant)
+            PublishFailed, lambda: self.router.route(links, depth=depth, claimant=claimant, via=via)
         )
 
     # -- the failure paths ------------------------------------------------------------------------

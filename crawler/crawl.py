@@ -17,7 +17,7 @@ from crawler.consumer import Consumer, DomainStats
 from crawler.dedup import SeenStore
 from crawler.errors import BadURL, ConfigError
 from crawler.exchanges import declare, topology, work_queues
-from crawler.fetch import FollowingFetcher, HttpFetcher
+from crawler.fetch import BoundedFetcher, HttpFetcher
 from crawler.monitor import Monitoring, monitored
 from crawler.quota import PageQuota
 from crawler.router import Routed, Router
@@ -49,7 +49,7 @@ async def frontier(
         yield Frontier(connection, redis, SeenStore(redis, settings.names, dedup))
 
 
-def make_fetcher(config: CrawlConfig) -> FollowingFetcher:
+def make_fetcher(config: CrawlConfig) -> BoundedFetcher:
     """The fetch transport domains.yaml chose."""
     return AiohttpFetcher(config) if config.fetcher == "aiohttp" else HttpFetcher(config)
 

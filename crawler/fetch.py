@@ -1,10 +1,15 @@
-"""The fetch layer: one interface (URL in, response or a typed FetchError out), httpx behind it."""
+"""The fetch layer: one interface (one request in, response or a typed FetchError out), httpx behind it.
+
+A fetch is one request on the wire: redirects come back as 3xx responses. The crawl routes a page's
+redirect like a link, so each hop gets its own rate token, robots.txt verdict and dedup claim;
+`follow` chains requests for what is not a page (robots.txt), clearing every hop first.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import httpcore
@@ -45,23 +50,32 @@ class Response:
         return value
 
     @property
+    def location(self) -> str | None:
+        """Where a redirect points (its Location header, as sent); None if this is no redirect."""
+        if self.status_code not in REDIRECTS:
+            return None
+        value: str | None = self.headers.get("location")
+        return value.strip() or None if value is not None else None
+
+    @property
     def is_html(self) -> bool:
         """True if the body is HTML and worth parsing."""
         media = (self.content_type or "text/html").split(";")[0].strip().lower()
         return media in HTML_TYPES
 
 
-Scope = Callable[[str], None]
-"""Checks a redirect target; raises BadURL when it is out of scope."""
+Hop = Callable[[str], Awaitable[None]]
+"""Clears one request of a followed chain before it is sent (scope, rate token); BadURL refuses it."""
 
 
 class Fetcher(Protocol):
     """A way to fetch pages: direct, through a proxy pool, or a scraping API."""
 
-    async def fetch(self, url: str, rules: Rules, scope: Scope, *, html_only: bool = True) -> Response:
-        """Fetch `url` following redirects within `scope`; raise FetchError on failure.
+    async def fetch(self, url: str, rules: Rules, *, html_only: bool = True) -> Response:
+        """One request for `url` within the domain's deadline and body limit; FetchError on failure.
 
-        With `html_only`, a body that is not HTML is not read (its outcome is recorded all the same).
+        A redirect is returned as it is, not followed. With `html_only`, a body that is not HTML is
+        not read (its outcome is recorded all the same).
         """
         ...
 
@@ -94,43 +108,20 @@ def request_headers(config: CrawlConfig) -> dict[str, str]:
     }
 
 
-class FollowingFetcher:
-    """The redirect and deadline logic every transport shares; a transport supplies `_get`."""
+class BoundedFetcher:
+    """The deadline every transport shares; a transport supplies `_get`."""
 
-    async def fetch(self, url: str, rules: Rules, scope: Scope, *, html_only: bool = True) -> Response:
-        """Fetch `url` within the domain's deadline, body limit and redirect limit."""
-        hops = [url]
+    async def fetch(self, url: str, rules: Rules, *, html_only: bool = True) -> Response:
+        """One request for `url` within the domain's deadline and body limit; redirects not followed."""
         try:
             async with asyncio.timeout(rules.timeout):
-                return await self._follow(hops, rules, scope, html_only)
+                status, headers, body = await self._get(url, rules, html_only)
         except TimeoutError:
-            raise FetchTimeout(f"no complete response within {rules.timeout:g}s", url=hops[-1]) from None
+            raise FetchTimeout(f"no complete response within {rules.timeout:g}s", url=url) from None
         except FetchError as exc:
-            exc.url = exc.url or hops[-1]
+            exc.url = exc.url or url
             raise
-
-    async def _follow(self, hops: list[str], rules: Rules, scope: Scope, html_only: bool) -> Response:
-        # `hops` grows as redirects are followed: the caller reads where a failure happened.
-        while True:
-            current = hops[-1]
-            status, headers, body = await self._get(current, rules, html_only)
-            location = headers.get("location")
-            if status not in REDIRECTS or not location:
-                return Response(hops[0], current, status, headers, body)
-            try:
-                target = str(httpx.URL(current).join(location.strip()))
-            except (httpx.InvalidURL, ValueError) as exc:
-                bad = f"bad redirect Location {location[:200]!r}: {exc}"
-                raise Refused(bad, status_code=status) from None
-            if target in hops:
-                raise TooManyRedirects(f"redirect loop back to {target}", status_code=status)
-            if len(hops) > rules.max_redirects:
-                raise TooManyRedirects(f"more than {rules.max_redirects} redirects", status_code=status)
-            try:
-                scope(target)
-            except BadURL as exc:
-                raise Refused(f"redirect refused: {exc}", status_code=status) from None
-            hops.append(target)
+        return Response(url, url, status, headers, body)
 
     async def _get(self, url: str, rules: Rules, html_only: bool) -> tuple[int, httpx.Headers, bytes]:
         raise NotImplementedError
@@ -140,7 +131,7 @@ class FollowingFetcher:
         raise NotImplementedError
 
 
-class HttpFetcher(FollowingFetcher):
+class HttpFetcher(BoundedFetcher):
     """Fetches directly with one pooled httpx client per process."""
 
     def __init__(self, config: CrawlConfig, *, max_connections: int = 100) -> None:
@@ -186,6 +177,38 @@ class HttpFetcher(FollowingFetcher):
     async def aclose(self) -> None:
         """Close the client and its connections."""
         await self._client.aclose()
+
+
+async def follow(fetcher: Fetcher, url: str, rules: Rules, hop: Hop, *, html_only: bool = True) -> Response:
+    """Fetch `url`, following up to `rules.max_redirects` redirects; `hop` clears every request first.
+
+    For what is not a page (robots.txt): a page's redirect is routed instead, like a link.
+    """
+    hops = [url]
+    while True:
+        current = hops[-1]
+        try:
+            await hop(current)
+        except BadURL as exc:
+            raise Refused(f"redirect refused: {exc}", url=current) from None
+        response = await fetcher.fetch(current, rules, html_only=html_only)
+        location = response.location
+        if location is None:
+            return replace(response, url=url)
+        status = response.status_code
+        try:
+            target = str(httpx.URL(current).join(location))
+        except (httpx.InvalidURL, ValueError) as exc:
+            bad = f"bad redirect Location {location[:200]!r}: {exc}"
+            raise Refused(bad, status_code=status, url=current) from None
+        if target in hops:
+            why = f"redirect loop back to {target}"
+        elif len(hops) > rules.max_redirects:
+            why = f"more than {rules.max_redirects} redirects"
+        else:
+            hops.append(target)
+            continue
+        raise TooManyRedirects(why, status_code=status, url=current)
 
 
 async def read_body(raw: AsyncIterator[bytes], encodings: Sequence[str], limit: int, status: int) -> bytes:

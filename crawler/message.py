@@ -18,21 +18,26 @@ VERSION = 1
 READABLE_VERSIONS = frozenset({1})
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_DEPTH = 1_000_000
+MAX_VIA = 64  # redirect hops a message may carry; max_redirects stops at 50
 
 
 @dataclass(frozen=True, slots=True)
 class CrawlMessage:
-    """One URL to crawl, at `depth` link hops from its seed."""
+    """One URL to crawl, at `depth` link hops from its seed.
+
+    `via` holds the fingerprints (hex) of the redirects that led here, oldest first: the chain's
+    length for max_redirects, and its members for loops.
+    """
 
     url: str
     depth: int = 0
-    parent: str | None = None
+    via: tuple[str, ...] = ()
 
     def encode(self) -> bytes:
         """The JSON body of this message."""
         body: dict[str, Any] = {"v": VERSION, "url": self.url, "depth": self.depth}
-        if self.parent is not None:
-            body["parent"] = self.parent
+        if self.via:
+            body["via"] = list(self.via)
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -52,14 +57,18 @@ class CrawlMessage:
             raise InvalidMessage(
                 f"unknown message version {str(version)[:20]!r} (this worker reads {readable})"
             )
-        url, depth, parent = data.get("url"), data.get("depth", 0), data.get("parent")
+        url, depth, via = data.get("url"), data.get("depth", 0), data.get("via", [])
         if not isinstance(url, str) or not url:
             raise InvalidMessage("'url' missing or not a string")
         if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_DEPTH:
             raise InvalidMessage(f"'depth' is not an integer from 0 to {MAX_DEPTH}")
-        if parent is not None and not isinstance(parent, str):
-            raise InvalidMessage("'parent' is not a string")
-        return cls(url=url, depth=depth, parent=parent)
+        if (
+            not isinstance(via, list)
+            or len(via) > MAX_VIA
+            or not all(isinstance(hop, str) and len(hop) <= 64 for hop in via)
+        ):
+            raise InvalidMessage(f"'via' is not a list of at most {MAX_VIA} fingerprints")
+        return cls(url=url, depth=depth, via=tuple(via))
 
 
 def persistent(body: bytes, priority: int, headers: Mapping[str, Any] | None = None) -> Message:

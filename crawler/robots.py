@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -14,7 +13,7 @@ from redis.asyncio import Redis
 
 from crawler.config import Rules
 from crawler.errors import FetchError
-from crawler.fetch import Fetcher, Scope
+from crawler.fetch import Fetcher, Hop, follow
 from crawler.names import ROBOTS_ERROR_TTL, ROBOTS_LOCK_TTL, ROBOTS_TTL, Names
 
 LOCAL_TTL = 30.0  # seconds a worker trusts its own parsed copy before asking Redis again
@@ -52,11 +51,9 @@ class Robots:
         self._agent = user_agent.split("/")[0].strip() or "*"
         self._local: dict[str, tuple[float, _Policy]] = {}
 
-    async def check(
-        self, url: str, rules: Rules, scope: Scope, pace: Callable[[], Awaitable[float]]
-    ) -> Verdict:
-        """The verdict for `url`; `pace` is awaited before fetching robots.txt (it is a request too)."""
-        policy = await self._policy(origin_of(url), rules, scope, pace)
+    async def check(self, url: str, rules: Rules, hop: Hop) -> Verdict:
+        """The verdict for `url`; `hop` clears each request for robots.txt (they are requests too)."""
+        policy = await self._policy(origin_of(url), rules, hop)
         if policy.unavailable is not None:
             return Verdict(False, unavailable=policy.unavailable)
         if policy.parser is None:
@@ -64,9 +61,7 @@ class Robots:
         delay = policy.parser.crawl_delay(self._agent)
         return Verdict(bool(policy.parser.can_fetch(url, self._agent)), float(delay) if delay else None)
 
-    async def _policy(
-        self, origin: str, rules: Rules, scope: Scope, pace: Callable[[], Awaitable[float]]
-    ) -> _Policy:
+    async def _policy(self, origin: str, rules: Rules, hop: Hop) -> _Policy:
         cached = self._local.get(origin)
         if cached and cached[0] > time.monotonic():
             return cached[1]
@@ -75,7 +70,7 @@ class Robots:
         while (raw := await self._redis.get(key)) is None:
             if await self._redis.set(lock, b"1", nx=True, ex=ROBOTS_LOCK_TTL):
                 try:
-                    raw, ttl = await self._fetch(origin, rules, scope, pace)
+                    raw, ttl = await self._fetch(origin, rules, hop)
                     await self._redis.set(key, raw, ex=ttl)
                 finally:
                     await self._redis.delete(lock)
@@ -87,13 +82,11 @@ class Robots:
         self._local[origin] = (time.monotonic() + LOCAL_TTL, policy)
         return policy
 
-    async def _fetch(
-        self, origin: str, rules: Rules, scope: Scope, pace: Callable[[], Awaitable[float]]
-    ) -> tuple[bytes, int]:
-        await pace()
+    async def _fetch(self, origin: str, rules: Rules, hop: Hop) -> tuple[bytes, int]:
         robots_rules = rules.model_copy(update={"max_body_bytes": MAX_ROBOTS_BYTES, "max_redirects": 5})
         try:
-            response = await self._fetcher.fetch(f"{origin}/robots.txt", robots_rules, scope, html_only=False)
+            # RFC 9309: follow at least five redirects; each hop is paced like any request.
+            response = await follow(self._fetcher, f"{origin}/robots.txt", robots_rules, hop, html_only=False)
         except FetchError as exc:
             if exc.transient:
                 return json.dumps(

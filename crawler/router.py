@@ -68,6 +68,10 @@ class Router:
         self._seen = seen
         self._quota = quota
 
+    def canonical(self, url: str, base: str | None = None) -> str:
+        """The canonical form of `url` (resolved against `base`); BadURL if it cannot be crawled."""
+        return canonicalise(url, base, self.config.dropped_params)
+
     def scope(self, url: str, host: str | None = None) -> str | None:
         """The configured domain of a canonical URL (of `host`, if known); BadURL if it is out of scope."""
         domain = self.config.domain_of(host_of(url) if host is None else host)
@@ -83,11 +87,13 @@ class Router:
         claimant: bytes,
         base: str | None = None,
         priority: int | None = None,
+        via: tuple[str, ...] = (),
     ) -> Routed:
         """Publish the unseen, in-scope URLs at `depth`; every publish is confirmed before returning.
 
         `claimant` identifies who discovered them (a page's fingerprint): if that page is redelivered,
-        it may publish again what it had claimed but never got confirmed.
+        it may publish again what it had claimed but never got confirmed. `via` is the redirect chain
+        that led to them (a redirect target is routed like a link).
         """
         result = Routed()
         candidates: dict[bytes, _Candidate] = {}
@@ -131,7 +137,7 @@ class Router:
         todo = [c for c, new in zip(candidates.values(), fresh, strict=True) if new]
         result.seen = len(candidates) - len(todo)
         try:
-            outcomes = await self._publisher.publish([self._message(c, depth, priority) for c in todo])
+            outcomes = await self._publisher.publish([self._message(c, depth, priority, via) for c in todo])
         except Exception as exc:  # nothing was sent (e.g. the channel is closed)
             outcomes = [exc] * len(todo)
         failed = [c for c, o in zip(todo, outcomes, strict=True) if o is not None]
@@ -152,7 +158,7 @@ class Router:
             return None
         return domain, self.config.rules_for(domain)
 
-    def _message(self, c: _Candidate, depth: int, priority: int | None) -> Outgoing:
+    def _message(self, c: _Candidate, depth: int, priority: int | None, via: tuple[str, ...]) -> Outgoing:
         if priority is None:
             priority = priority_for(c.url, depth, self.config.rules_for(c.domain))
-        return Outgoing(c.host, CrawlMessage(c.url, depth).encode(), priority)
+        return Outgoing(c.host, CrawlMessage(c.url, depth, via).encode(), priority)

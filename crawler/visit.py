@@ -1,4 +1,8 @@
-"""One page visit, politely: robots.txt, a rate token, the fetch, back-off, then extraction."""
+"""One page visit, politely: robots.txt, a rate token, the fetch, back-off, then extraction.
+
+A redirect ends the visit: the page's row records it, and its target is routed like a link (see
+`Outcome.redirect`), so every hop takes its own domain's token and passes robots.txt and dedup.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,17 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from crawler.config import Rules
-from crawler.errors import FetchError
+from crawler.errors import BadURL, FetchError, Refused, TooManyRedirects
 from crawler.extract import Fields, charset_from_content_type, extract
-from crawler.fetch import Fetcher, Scope
+from crawler.fetch import Fetcher, Response
 from crawler.ratelimit import Budget, RateLimiter
 from crawler.retry import Failure, from_error, from_status, parse_retry_after
 from crawler.robots import Robots
 from crawler.sink import PageRecord
+from crawler.urls import fingerprint, host_of
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +46,24 @@ class Outcome:
     failure: Failure | None = None
     rate_wait: float = 0.0
     fetched: Fetched | None = None  # None when robots.txt kept the page from being fetched
+    redirect: str | None = None  # the canonical target of a redirect, to route like a link
+
+
+class Scope(Protocol):
+    """Where URLs may go: their canonical form, and the configured domain that owns them."""
+
+    def canonical(self, url: str, base: str | None = None) -> str:
+        """The canonical form of `url` (resolved against `base`); BadURL if it cannot be crawled."""
+        ...
+
+    def scope(self, url: str, host: str | None = None) -> str | None:
+        """The configured domain of a canonical URL; BadURL if it is out of scope."""
+        ...
+
+
+def hop_id(url: str) -> str:
+    """How a redirect chain (`CrawlMessage.via`) names a canonical URL."""
+    return fingerprint(url).hex()
 
 
 def budget(rules: Rules, crawl_delay: float | None) -> Budget:
@@ -68,17 +92,18 @@ class Visitor:
         self._scope = scope
         self._max_retry_after = max_retry_after
 
-    async def visit(self, record: PageRecord, rules: Rules, fields: Fields) -> Outcome:
-        """Visit `record.url` under the domain's `rules`; never raises for what the site does."""
+    async def visit(
+        self, record: PageRecord, rules: Rules, fields: Fields, via: Sequence[str] = ()
+    ) -> Outcome:
+        """Visit `record.url` under the domain's `rules`; never raises for what the site does.
+
+        `via` is the redirect chain that led here (`hop_id`s), for max_redirects and loops.
+        """
         domain, url = record.domain, record.url
         crawl_delay = None
         waited = 0.0
         if rules.obey_robots:
-
-            async def pace() -> float:
-                return await self._limiter.acquire(domain, lambda: budget(self._rules_of(domain), None))
-
-            verdict = await self._robots.check(url, rules, self._scope, pace)
+            verdict = await self._robots.check(url, rules, self._hop)
             if verdict.unavailable is not None:
                 return Outcome(
                     replace(record, error=verdict.unavailable), (), Failure("transient", verdict.unavailable)
@@ -89,7 +114,7 @@ class Visitor:
         waited += await self._limiter.acquire(domain, lambda: budget(self._rules_of(domain), crawl_delay))
         started = time.monotonic()
         try:
-            response = await self._fetcher.fetch(url, rules, self._scope)
+            response = await self._fetcher.fetch(url, rules)
         except FetchError as exc:
             failure = from_error(exc)
             fetched = Fetched(time.monotonic() - started, 0, exc)
@@ -108,6 +133,9 @@ class Visitor:
             log.info(
                 "%s answered %d: rate now %.0f%% of its budget", domain, response.status_code, factor * 100
             )
+        location = response.location
+        if location is not None:
+            return self._redirected(record, response, location, rules, via, waited, fetched)
         status_failure = from_status(response.status_code, response.headers.get("retry-after"))
         record = replace(
             record,
@@ -127,3 +155,41 @@ class Visitor:
         )
         page_record = replace(record, title=page.title, data=page.data or None)
         return Outcome(page_record, page.links, None, waited, fetched)
+
+    def _redirected(
+        self,
+        record: PageRecord,
+        response: Response,
+        location: str,
+        rules: Rules,
+        via: Sequence[str],
+        waited: float,
+        fetched: Fetched,
+    ) -> Outcome:
+        """The row of a page that redirects, and the target to route (unless the redirect is refused)."""
+        status = response.status_code
+        record = replace(
+            record, final_url=response.final_url, status_code=status, content_type=response.content_type
+        )
+        error: FetchError | None = None
+        try:
+            target = self._scope.canonical(location, response.final_url)
+            self._scope.scope(target)
+        except BadURL as exc:
+            error = Refused(f"redirect refused: {exc}", status_code=status)
+        else:
+            record = replace(record, final_url=target)
+            if target == record.url or hop_id(target) in via:
+                error = TooManyRedirects(f"redirect loop back to {target}", status_code=status)
+            elif len(via) >= rules.max_redirects:
+                error = TooManyRedirects(f"more than {rules.max_redirects} redirects", status_code=status)
+        if error is not None:
+            failure = from_error(error)
+            return Outcome(replace(record, error=failure.error), (), failure, waited, fetched)
+        return Outcome(record, (), None, waited, fetched, redirect=target)
+
+    async def _hop(self, url: str) -> None:
+        """Clear one request of a followed chain: in scope, and a token from its own domain's bucket."""
+        canonical = self._scope.canonical(url)
+        domain = self._scope.scope(canonical) or host_of(canonical)
+        await self._limiter.acquire(domain, lambda: budget(self._rules_of(domain), None))

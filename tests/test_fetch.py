@@ -1,4 +1,8 @@
-"""The fetch layer against a hostile server on loopback: bombs, trickles, redirects, private targets."""
+"""The fetch layer against a hostile server on loopback: bombs, trickles, redirects, private targets.
+
+Redirects are followed here with `follow` (as robots.txt is); a page's redirect is routed instead
+(tests/test_redirects.py), and a single fetch returns it as it is.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +19,8 @@ import pytest
 
 from crawler.aiofetch import AiohttpFetcher
 from crawler.config import CrawlConfig, Rules, parse_config
-from crawler.errors import BadResponse, FetchError, FetchTimeout, Refused, TooLarge, TooManyRedirects
-from crawler.fetch import FollowingFetcher, HttpFetcher
+from crawler.errors import BadResponse, BadURL, FetchError, FetchTimeout, Refused, TooLarge, TooManyRedirects
+from crawler.fetch import BoundedFetcher, HttpFetcher, follow
 from crawler.urls import canonicalise
 from demo.site import Reply, Route, Site, free_port, page, serve
 from tests.hostile import brotli_bomb, deflate_bomb, double_gzip_bomb, gzip_bomb, trickle
@@ -83,14 +87,14 @@ def routes(port: int) -> dict[str, Route]:
 @dataclass
 class Hostile:
     site: Site
-    fetcher: FollowingFetcher
+    fetcher: BoundedFetcher
     bait: socket.socket
 
     def url(self, path: str) -> str:
         return self.site.url(path)
 
     async def fetch(self, path: str, rules: Rules = RULES) -> bytes:
-        response = await self.fetcher.fetch(self.url(path), rules, _scope)
+        response = await follow(self.fetcher, self.url(path), rules, _hop)
         return response.body
 
     def bait_untouched(self) -> bool:
@@ -103,7 +107,7 @@ class Hostile:
         return False
 
 
-def _scope(url: str) -> None:
+async def _hop(url: str) -> None:
     canonicalise(url)  # any http(s) URL: the guard, not the scope, must stop private targets
 
 
@@ -139,15 +143,15 @@ def site(bait: tuple[int, socket.socket]) -> Iterator[Site]:
 
 
 @pytest.fixture(params=[HttpFetcher, AiohttpFetcher], ids=["httpx", "aiohttp"])
-def transport(request: pytest.FixtureRequest) -> type[FollowingFetcher]:
+def transport(request: pytest.FixtureRequest) -> type[BoundedFetcher]:
     """Each fetch test runs over both transports: they promise the same behaviour."""
-    kind: type[FollowingFetcher] = request.param
+    kind: type[BoundedFetcher] = request.param
     return kind
 
 
 @pytest.fixture
 async def hostile(
-    site: Site, bait: tuple[int, socket.socket], transport: type[FollowingFetcher]
+    site: Site, bait: tuple[int, socket.socket], transport: type[BoundedFetcher]
 ) -> AsyncIterator[Hostile]:
     fetcher = transport(config_for(site.port))  # type: ignore[call-arg]
     try:
@@ -164,9 +168,41 @@ async def test_content_encodings_are_decoded(hostile: Hostile, path: str) -> Non
     assert await hostile.fetch(path) == HOME
 
 
-async def test_the_final_url_of_a_redirect_is_recorded(hostile: Hostile) -> None:
-    response = await hostile.fetcher.fetch(hostile.url("/redirect-ok"), RULES, _scope)
+async def test_the_final_url_of_a_followed_redirect_is_recorded(hostile: Hostile) -> None:
+    response = await follow(hostile.fetcher, hostile.url("/redirect-ok"), RULES, _hop)
     assert (response.url, response.final_url) == (hostile.url("/redirect-ok"), hostile.url("/gzip"))
+
+
+async def test_a_fetch_is_one_request_and_returns_a_redirect_as_it_is(hostile: Hostile) -> None:
+    before = len(hostile.site.requests)  # the site is shared by the module's tests
+    response = await hostile.fetcher.fetch(hostile.url("/redirect-ok"), RULES)
+    assert (response.status_code, response.location) == (302, "/gzip")
+    assert response.final_url == hostile.url("/redirect-ok")
+    assert [path for _, path in hostile.site.requests[before:]] == ["/redirect-ok"]
+
+
+async def test_follow_clears_every_hop_before_it_is_requested(hostile: Hostile) -> None:
+    cleared: list[str] = []
+
+    async def hop(url: str) -> None:
+        cleared.append(url)
+
+    before = len(hostile.site.requests)
+    await follow(hostile.fetcher, hostile.url("/hop/17"), RULES, hop)
+    assert cleared == [hostile.url(f"/hop/{i}") for i in (17, 18, 19, 20)]
+    assert [path for _, path in hostile.site.requests[before:]] == [f"/hop/{i}" for i in (17, 18, 19, 20)]
+
+
+async def test_a_hop_the_callback_refuses_is_never_requested(hostile: Hostile) -> None:
+    async def hop(url: str) -> None:
+        if url.endswith("/gzip"):
+            raise BadURL(f"{url}: host is not in any configured domain of domains.yaml")
+
+    before = len(hostile.site.requests)
+    with pytest.raises(Refused, match=r"redirect refused: .* not in any configured domain") as caught:
+        await follow(hostile.fetcher, hostile.url("/redirect-ok"), RULES, hop)
+    assert caught.value.url == hostile.url("/gzip")
+    assert [path for _, path in hostile.site.requests[before:]] == ["/redirect-ok"]
 
 
 @pytest.mark.parametrize("path", ["/bomb.gz", "/bomb.deflate", "/bomb.br", "/bomb.gz.gz"])
@@ -241,7 +277,7 @@ async def test_a_redirect_to_a_private_address_is_refused_at_that_hop(
 )
 async def test_private_targets_are_refused(hostile: Hostile, url: str) -> None:
     with pytest.raises(Refused, match="allow_private_networks"):
-        await hostile.fetcher.fetch(url.format(port=hostile.site.port), RULES, _scope)
+        await hostile.fetcher.fetch(url.format(port=hostile.site.port), RULES)
     assert hostile.bait_untouched()
 
 
@@ -257,12 +293,12 @@ async def test_binary_as_html_is_returned_and_non_html_is_not_read(hostile: Host
 
 
 async def test_without_allow_networks_even_the_site_is_refused(
-    bait: tuple[int, socket.socket], transport: type[FollowingFetcher]
+    bait: tuple[int, socket.socket], transport: type[BoundedFetcher]
 ) -> None:
     port, _listener = bait
     fetcher = transport(config_for(port, allow_networks=()))  # type: ignore[call-arg]
     try:
         with pytest.raises(Refused, match="loopback"):
-            await fetcher.fetch(f"http://hostile.test:{port}/", RULES, _scope)
+            await fetcher.fetch(f"http://hostile.test:{port}/", RULES)
     finally:
         await fetcher.aclose()

@@ -9,7 +9,7 @@ from crawler.message import MAX_MESSAGE_BYTES, CrawlMessage
 
 
 def test_round_trip() -> None:
-    message = CrawlMessage("http://a.test/x", depth=3, parent="http://a.test/")
+    message = CrawlMessage("http://a.test/x", depth=3, via=("00112233445566ff", "8899aabbccddeeff"))
     assert CrawlMessage.decode(message.encode()) == message
 
 
@@ -34,7 +34,10 @@ def test_fields_a_newer_worker_adds_are_ignored() -> None:
         (b'{"v": 1, "url": "http://a.test/", "depth": -1}', "'depth'"),
         (b'{"v": 1, "url": "http://a.test/", "depth": 1e3}', "'depth'"),
         (b'{"v": 1, "url": "http://a.test/", "depth": 10000000000}', "'depth'"),
-        (b'{"v": 1, "url": "http://a.test/", "parent": 3}', "'parent'"),
+        (b'{"v": 1, "url": "http://a.test/", "via": "00112233445566ff"}', "'via'"),
+        (b'{"v": 1, "url": "http://a.test/", "via": [3]}', "'via'"),
+        (b'{"v": 1, "url": "http://a.test/", "via": ["' + b"0" * 65 + b'"]}', "'via'"),
+        (b'{"v": 1, "url": "http://a.test/", "via": [' + b",".join([b'"0"'] * 65) + b"]}", "'via'"),
         (b" " * (MAX_MESSAGE_BYTES + 1), "exceeds"),
     ],
 )
