@@ -9,8 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import httpcore
 from aiohttp.abc import AbstractResolver, ResolveResult
-from httpcore import AsyncNetworkBackend, AsyncNetworkStream
-from httpcore._backends.auto import AutoBackend
+from httpcore import AnyIOBackend, AsyncNetworkBackend, AsyncNetworkStream
 
 from crawler.errors import Refused
 
@@ -120,7 +119,8 @@ class GuardedBackend(AsyncNetworkBackend):
     ) -> None:
         self._resolve = {h.lower(): ipaddress.ip_address(ip) for h, ip in resolve.items()}
         self._policy = policy
-        self._inner = inner or AutoBackend()
+        # httpcore's own default (AutoBackend) is private; on asyncio it picks AnyIOBackend anyway.
+        self._inner = inner or AnyIOBackend()
 
     async def allowed(self, host: str, port: int) -> list[IPAddress]:
         """The addresses of `host` that may be connected to; Refused (before connecting) if none."""

@@ -22,7 +22,7 @@ from crawler.monitor import Monitoring, monitored
 from crawler.quota import PageQuota
 from crawler.router import Routed, Router
 from crawler.settings import Settings
-from crawler.sink import Sink, ensure_schema
+from crawler.sink import Sink, migrate
 from crawler.urls import canonicalise
 
 SEED_CLAIMANT = b"seed"
@@ -138,7 +138,7 @@ async def consume(
     config = with_dedup_mode(config, settings.dedup)
     chosen = check_domains(config, domains)
     canonical_seeds = check_seeds(config, seeds)
-    await asyncio.to_thread(ensure_schema, settings.database_url)
+    await asyncio.to_thread(migrate, settings.database_url)
     async with AsyncExitStack() as stack:
         f = await stack.enter_async_context(frontier(settings, role, config))
         # Publishing on its own connection: RabbitMQ throttles a connection that publishes faster

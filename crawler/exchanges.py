@@ -51,10 +51,6 @@ class Topology:
     exchanges: tuple[Exchange, ...]
     queues: tuple[Queue, ...]
 
-    def queue(self, name: str) -> Queue:
-        """The queue called `name`."""
-        return next(q for q in self.queues if q.name == name)
-
 
 def domain_queue(names: Names, domain: str) -> Queue:
     """A domain's work queue: takes the domain and every subdomain, rejects go to the dead queue."""

@@ -5,19 +5,26 @@ a fresh Message, a task-like chain of awaits, the channel lock, a timeout scope,
 pamqp's generic marshalling and one socket write per message. A page's links are published together,
 so this publisher takes the channel lock once per batch, marshals the batch's frames from cached parts
 and hands them to aiormq's writer as one write; the broker confirms each message as before.
+
+That fast path uses aiormq's private channel state. A publisher first checks that state has the
+shape it expects; if not, it publishes through aio-pika's public `exchange.publish` instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
+import logging
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass
 
 import aiormq
+import aiormq.abc
 from aio_pika import DeliveryMode, Exchange
 from aio_pika.abc import AbstractExchange
-from aiormq.abc import ChannelFrame
+from aiormq.exceptions import AMQPError, ChannelInvalidStateError, DeliveryError
 from pamqp import commands, frame
 from pamqp.constants import FRAME_BODY, FRAME_END_CHAR, FRAME_HEADER
 
@@ -31,6 +38,9 @@ _HEADER = struct.Struct(">BHIHHQ")
 _HEADER_FIXED = 12  # class id, weight, body size
 _MAX_CACHED_KEYS = 10_000
 MAX_ROUTING_KEY = 255  # bytes: AMQP's short string
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()  # reasons already logged: a fleet of publishers warns once per process
 
 
 class NotConfirmed(CrawlerError):
@@ -52,10 +62,15 @@ class Publisher:
     # Persistent always in the crawler; the bench's what-if measures transient with a subclass.
     delivery_mode = DeliveryMode.PERSISTENT
 
-    def __init__(self, exchange: AbstractExchange) -> None:
+    def __init__(
+        self, exchange: AbstractExchange, *, check: Callable[[object], str | None] | None = None
+    ) -> None:
+        """`check` says why an aiormq channel cannot take the fast path (default: fast_path_problem)."""
         if not isinstance(exchange, Exchange):
             raise TypeError(f"{exchange!r} is not an aio-pika Exchange")
         self._exchange = exchange
+        self._check = check or fast_path_problem
+        self._checked: tuple[int, str | None] | None = None  # (id of the aiormq channel, its problem)
         self._methods: dict[tuple[int, str], bytes] = {}
         self._properties: dict[int, bytes] = {}
 
@@ -68,11 +83,14 @@ class Publisher:
             return []
         # Fresh each time: after a reconnect the robust channel has a new aiormq channel.
         channel = await self._exchange.channel.get_underlay_channel()
-        if not isinstance(channel, aiormq.Channel) or not channel.publisher_confirms:
+        if not self._exchange.channel.publisher_confirms:
             raise CrawlerError(
                 f"the channel of exchange {self._exchange.name!r} was opened without publisher "
                 "confirms: open it with channel(publisher_confirms=True)"
             )
+        if self._problem(channel) is not None:
+            return await self._publish_public(messages)
+        assert isinstance(channel, aiormq.Channel)  # checked by _problem
         loop = asyncio.get_running_loop()
         confirms = [loop.create_future() for _ in messages]
         closing = channel.closing  # an observer of the close, cancelled below
@@ -83,7 +101,7 @@ class Publisher:
                 payload = self._frames(channel.number, channel.max_content_size, messages)
                 drained = loop.create_future()
                 await channel.write_queue.put(
-                    ChannelFrame(payload=payload, should_close=False, drain_future=drained)
+                    aiormq.abc.ChannelFrame(payload=payload, should_close=False, drain_future=drained)
                 )
                 # Registered once the frames are queued (no await since): the broker numbers
                 # messages per channel from 1, and aiormq resolves `confirmations` by that number.
@@ -106,6 +124,43 @@ class Publisher:
         outcomes = [_outcome(f) if f.done() else lost for f in confirms]
         _discard(confirms)
         every.cancel()
+        return outcomes
+
+    def _problem(self, channel: object) -> str | None:
+        if self._checked is None or self._checked[0] != id(channel):
+            problem = self._check(channel)
+            self._checked = (id(channel), problem)
+            if problem is not None and problem not in _warned:
+                _warned.add(problem)
+                log.warning(
+                    "batch publishing's fast path is off, publishing one message at a time through "
+                    "aio-pika instead (slower): %s",
+                    problem,
+                )
+        return self._checked[1]
+
+    async def _publish_public(self, messages: Sequence[Outgoing]) -> list[BaseException | None]:
+        if self._exchange.channel.is_closed:  # nothing sent, as the fast path's channel lock refuses
+            raise ChannelInvalidStateError(f"the channel of exchange {self._exchange.name!r} is closed")
+
+        async def one(m: Outgoing) -> None:
+            message = persistent(m.body, m.priority)
+            message.delivery_mode = self.delivery_mode
+            # mandatory=False: the frontier's alternate exchange takes whatever no queue binds.
+            await self._exchange.publish(message, m.routing_key, mandatory=False)
+
+        results = await asyncio.gather(*(one(m) for m in messages), return_exceptions=True)
+        outcomes: list[BaseException | None] = []
+        for result in results:
+            if result is None or isinstance(result, DeliveryError):  # confirmed, or nacked
+                outcomes.append(result)
+            elif isinstance(result, AMQPError | ChannelInvalidStateError | ConnectionError):
+                # As the fast path reports a publish whose channel closed before its confirm.
+                lost = NotConfirmed(f"channel closed before the broker confirmed ({result!r})")
+                lost.__cause__ = result
+                outcomes.append(lost)
+            else:
+                raise result
         return outcomes
 
     def _frames(self, channel: int, max_body: int, messages: Sequence[Outgoing]) -> bytes:
@@ -141,6 +196,35 @@ class Publisher:
             publish = commands.Basic.Publish(exchange=self._exchange.name, routing_key=routing_key)
             method = self._methods[key] = frame.marshal(publish, channel)
         return method
+
+
+def fast_path_problem(channel: object) -> str | None:
+    """Why the fast path cannot use this aiormq channel's private state, or None if it can."""
+    expected = getattr(aiormq, "Channel", None)
+    if not isinstance(expected, type) or not isinstance(channel, expected):
+        return f"{type(channel).__name__} is not an aiormq.Channel"
+    frame_type = getattr(aiormq.abc, "ChannelFrame", None)
+    if not dataclasses.is_dataclass(frame_type):
+        return "aiormq.abc.ChannelFrame is gone or no dataclass"
+    fields = {f.name for f in dataclasses.fields(frame_type)}
+    if fields != {"payload", "should_close", "drain_future"}:
+        return f"aiormq.abc.ChannelFrame has fields {sorted(fields)}, not payload, should_close, drain_future"
+    # Properties read from the class: reading them on the channel would create an observer or a lock.
+    for name in ("lock", "closing"):
+        if not isinstance(inspect.getattr_static(type(channel), name, None), property):
+            return f"aiormq.Channel.{name} is no property"
+    attributes: tuple[tuple[str, type], ...] = (
+        ("write_queue", asyncio.Queue),
+        ("confirmations", MutableMapping),
+        ("delivery_tag", int),
+        ("number", int),
+        ("max_content_size", int),
+    )
+    for name, kind in attributes:
+        value = getattr(channel, name, None)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"aiormq.Channel.{name} is {type(value).__name__}, not {kind.__name__}"
+    return None
 
 
 def _outcome(future: asyncio.Future[object]) -> BaseException | None:

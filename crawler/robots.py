@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -10,6 +11,8 @@ from urllib.parse import urlsplit
 
 from protego import Protego
 from redis.asyncio import Redis
+from redis.asyncio.lock import Lock
+from redis.exceptions import LockError
 
 from crawler.config import Rules
 from crawler.errors import FetchError
@@ -44,8 +47,17 @@ def origin_of(url: str) -> str:
 class Robots:
     """Answers whether the crawler may fetch a URL."""
 
-    def __init__(self, redis: Redis, names: Names, fetcher: Fetcher, user_agent: str) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        names: Names,
+        fetcher: Fetcher,
+        user_agent: str,
+        *,
+        lock_ttl: float = ROBOTS_LOCK_TTL,
+    ) -> None:
         self._redis = redis
+        self._lock_ttl = lock_ttl
         self._names = names
         self._fetcher = fetcher
         self._agent = user_agent.split("/")[0].strip() or "*"
@@ -65,18 +77,26 @@ class Robots:
         cached = self._local.get(origin)
         if cached and cached[0] > time.monotonic():
             return cached[1]
-        key, lock = self._names.robots_key(origin), self._names.robots_lock_key(origin)
-        deadline = time.monotonic() + ROBOTS_LOCK_TTL
+        key = self._names.robots_key(origin)
+        # Token-checked: a holder whose fetch outlived the TTL cannot release a successor's lock.
+        # A holder that died leaves a lock that expires, after which a waiter takes it and fetches.
+        lock = Lock(
+            self._redis,
+            self._names.robots_lock_key(origin),
+            timeout=self._lock_ttl,
+            blocking=False,
+            thread_local=False,
+        )
         while (raw := await self._redis.get(key)) is None:
-            if await self._redis.set(lock, b"1", nx=True, ex=ROBOTS_LOCK_TTL):
+            if await lock.acquire():
                 try:
                     raw, ttl = await self._fetch(origin, rules, hop)
                     await self._redis.set(key, raw, ex=ttl)
                 finally:
-                    await self._redis.delete(lock)
+                    # Expired, and maybe taken by another worker: no longer ours to delete.
+                    with contextlib.suppress(LockError):
+                        await lock.release()
                 break
-            if time.monotonic() > deadline:  # the fetching worker died: fetch it ourselves
-                await self._redis.delete(lock)
             await asyncio.sleep(0.05)
         policy = _parse(raw)
         self._local[origin] = (time.monotonic() + LOCAL_TTL, policy)

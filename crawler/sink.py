@@ -285,8 +285,3 @@ def migrate(database_url: str) -> None:
         raise SinkError(f"migrating database {_redact(url)} failed: {_first_line(exc)}") from exc
     finally:
         engine.dispose()
-
-
-def ensure_schema(database_url: str) -> None:
-    """Make sure the schema is current before use; a no-op when it already is."""
-    migrate(database_url)

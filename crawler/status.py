@@ -17,7 +17,7 @@ from crawler import services
 from crawler.config import CrawlConfig
 from crawler.heartbeat import workers
 from crawler.settings import Settings
-from crawler.sink import Sink, ensure_schema
+from crawler.sink import Sink, migrate
 
 MANAGEMENT_PORT = 15672
 RATE_WINDOW = 60  # seconds of stored pages behind `pages_per_second`
@@ -112,7 +112,7 @@ async def queue_depths(settings: Settings, queues: list[str]) -> tuple[dict[str,
 
 
 def _stored(database_url: str) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
-    ensure_schema(database_url)
+    migrate(database_url)
     sink = Sink(database_url)
     try:
         since = datetime.now(UTC) - timedelta(seconds=RATE_WINDOW)

@@ -7,6 +7,7 @@ import socket
 from collections.abc import Iterable, Iterator
 
 import httpcore
+import httpx
 import pytest
 
 from crawler.connect import AddressPolicy, GuardedBackend, is_public, refusal
@@ -170,3 +171,14 @@ async def test_unix_sockets_are_refused() -> None:
     backend = GuardedBackend({}, AddressPolicy(allow_private=True))
     with pytest.raises(Refused):
         await backend.connect_unix_socket("/var/run/docker.sock")
+
+
+def test_httpx_keeps_its_connection_pool_where_the_fetcher_swaps_in_the_guarded_one() -> None:
+    # httpx takes no network backend, so crawler.fetch's _GuardedTransport replaces this private
+    # attribute; were it gone or renamed, the fetcher would connect without the guard.
+    pool = getattr(httpx.AsyncHTTPTransport(), "_pool", None)
+    assert isinstance(pool, httpcore.AsyncConnectionPool), (
+        f"httpx {httpx.__version__}: AsyncHTTPTransport no longer keeps an httpcore.AsyncConnectionPool "
+        f"in `_pool` (found {pool!r}). crawler.fetch._GuardedTransport swaps that pool for one that "
+        "connects through GuardedBackend: adapt it to this httpx, or fetches bypass the private-network guard"
+    )

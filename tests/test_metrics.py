@@ -20,7 +20,7 @@ from crawler.errors import ConfigError, ConnectFailed, FetchError, FetchTimeout,
 from crawler.metrics import Metrics, error_kind, status_class
 from crawler.monitor import Monitoring
 from crawler.router import Routed
-from crawler.sink import ensure_schema
+from crawler.sink import migrate
 from demo.site import Reply, Site, serve
 from tests import promtool
 from tests.services import settings_for
@@ -228,7 +228,7 @@ async def test_scraping_a_worker_during_a_crawl_matches_the_pages_stored(
     settings = settings_for(amqp_url, prefix, database_url, write_config(tmp_path / "d.yaml", sites))
     port = _free_port()
     expected = reachable(sites)
-    await asyncio.to_thread(ensure_schema, database_url)  # so the test can count rows from the start
+    await asyncio.to_thread(migrate, database_url)  # so the test can count rows from the start
     with serve(*sites):
         await seed(settings, *(s.url() for s in sites))
         worker = consumer(

@@ -28,7 +28,6 @@ from crawler.sink import (
     Sink,
     create_sink_engine,
     engine_url,
-    ensure_schema,
     migrate,
 )
 
@@ -64,7 +63,6 @@ def record(url: str, **fields: Any) -> PageRecord:
 def test_migrate_creates_the_table_and_is_idempotent(database_url: str) -> None:
     migrate(database_url)
     migrate(database_url)
-    ensure_schema(database_url)
     engine = create_sink_engine(engine_url(database_url))
     try:
         with engine.connect() as conn:
@@ -153,8 +151,8 @@ async def test_concurrent_migrations_do_not_collide(database_url: str) -> None:
     # The children import first, then start together, so their migrations really overlap.
     start = str(time.time() + 2)
     code = (
-        "import sys, time; from crawler.sink import ensure_schema; "
-        "time.sleep(max(0, float(sys.argv[2]) - time.time())); ensure_schema(sys.argv[1])"
+        "import sys, time; from crawler.sink import migrate; "
+        "time.sleep(max(0, float(sys.argv[2]) - time.time())); migrate(sys.argv[1])"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(crawler.__file__).parent.parent)}
 
@@ -163,7 +161,7 @@ async def test_concurrent_migrations_do_not_collide(database_url: str) -> None:
 
     await asyncio.gather(
         *(asyncio.to_thread(in_another_process) for _ in range(3)),
-        *(asyncio.to_thread(ensure_schema, database_url) for _ in range(2)),
+        *(asyncio.to_thread(migrate, database_url) for _ in range(2)),
     )
     assert rows(database_url) == []
 

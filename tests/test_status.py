@@ -19,7 +19,7 @@ from crawler.cli import main
 from crawler.config import load_config
 from crawler.names import Names
 from crawler.settings import Settings
-from crawler.sink import PageRecord, Sink, ensure_schema
+from crawler.sink import PageRecord, Sink, migrate
 from crawler.status import management_url, render, rich_tables, status, watch
 from demo.site import serve
 from tests.services import run, settings_for
@@ -99,7 +99,7 @@ async def test_pages_stored_and_pages_per_second(
 ) -> None:
     sites = shops(products=1)
     settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", sites))
-    await asyncio.to_thread(ensure_schema, sqlite_url)
+    await asyncio.to_thread(migrate, sqlite_url)
     sink = Sink(sqlite_url)
     long_ago = datetime.now(UTC) - timedelta(hours=2)
     try:
