@@ -260,7 +260,7 @@ def _format_errors(path: str, exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown key (check its spelling against the README's table of keys)"
+            msg = "unknown key (check its spelling against the table of keys in docs/configuration.md)"
         lines.append(f"  {where}: {msg}")
     return "\n".join(lines)
 

@@ -1,6 +1,6 @@
 """A consumer's Prometheus metrics, in a registry of its own so several consumers never collide.
 
-Every name is listed in the README ("Metrics"); the Grafana dashboard and the alert rules in deploy/
+Every name is listed in docs/metrics.md; the Grafana dashboard and the alert rules in deploy/
 use only these.
 """
 

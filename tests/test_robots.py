@@ -8,7 +8,7 @@ import httpx
 from redis.asyncio import Redis
 
 from crawler.config import Rules
-from crawler.fetch import Response, Scope
+from crawler.fetch import Response
 from crawler.names import Names
 from crawler.robots import Robots
 from tests.wait import until
@@ -25,7 +25,7 @@ class Gate:
         self.open = asyncio.Event()
         self.fetches = 0
 
-    async def fetch(self, url: str, rules: Rules, scope: Scope, *, html_only: bool = True) -> Response:
+    async def fetch(self, url: str, rules: Rules, *, html_only: bool = True) -> Response:
         self.fetches += 1
         self.started.set()
         await self.open.wait()
@@ -35,16 +35,12 @@ class Gate:
         """Nothing to release."""
 
 
-def _in_scope(url: str) -> None:
+async def _cleared(url: str) -> None:
     pass
 
 
-async def _no_pace() -> float:
-    return 0.0
-
-
 async def _check(robots: Robots, path: str) -> bool:
-    verdict = await robots.check(f"{ORIGIN}{path}", Rules(), _in_scope, _no_pace)
+    verdict = await robots.check(f"{ORIGIN}{path}", Rules(), _cleared)
     return verdict.allowed
 
 
