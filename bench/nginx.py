@@ -35,11 +35,12 @@ def binary() -> str:
     return shutil.which("nginx") or "/usr/sbin/nginx"
 
 
-# --redirects: every page moved, as sites that fold one spelling of a path into another do. Each link
-# costs a 301 to the page's new home, which serves the same file.
+# --redirects: every page but the index moved, as sites that fold one spelling of a path into another
+# do: /p/N.html answers 301 to /p/N, which serves the page. Its relative links (M.html) resolve to the
+# old spelling again, so every page costs one redirect, whichever link led to it.
 MOVED = (
-    "        location ~ ^/p/([0-9]+)\\.html$ {{ return 301 /moved/$1.html; }}\n"
-    "        location /moved/ {{ alias {root}/p/; }}\n"
+    "        location ~ ^/p/([0-9]+)\\.html$ {{ return 301 /p/$1; }}\n"
+    "        location ~ ^/p/([0-9]+)$ {{ default_type text/html; try_files /p/$1.html =404; }}\n"
 )
 
 

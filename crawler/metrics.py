@@ -87,7 +87,7 @@ class Metrics:
         )
         self.fetch_seconds = Histogram(
             "crawler_fetch_duration_seconds",
-            "Duration of every fetch attempt, redirects included",
+            "Duration of every fetch attempt (one request)",
             ["domain"],
             buckets=FETCH_BUCKETS,
             registry=r,
