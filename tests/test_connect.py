@@ -9,8 +9,8 @@ from collections.abc import Iterable, Iterator
 import httpcore
 import pytest
 
-from crawler.connect import AddressPolicy, GuardedBackend, is_public, refusal
 from crawler.errors import Refused
+from crawler.fetch.connect import AddressPolicy, GuardedBackend, is_public, refusal
 from demo.site import free_port
 
 SITE_IP = "127.0.0.21"

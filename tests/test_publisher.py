@@ -9,8 +9,8 @@ from aio_pika.abc import AbstractChannel, AbstractExchange
 from aio_pika.exceptions import DeliveryError
 
 from crawler.errors import CrawlerError
-from crawler.message import persistent
-from crawler.publisher import NotConfirmed, Outgoing, Publisher
+from crawler.frontier.message import persistent
+from crawler.frontier.publisher import NotConfirmed, Outgoing, Publisher
 from tests.services import drain
 
 

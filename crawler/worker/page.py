@@ -9,12 +9,12 @@ from dataclasses import dataclass, replace
 
 from crawler.config import Rules
 from crawler.errors import FetchError
-from crawler.extract import Fields, charset_from_content_type, extract
-from crawler.fetch import Fetcher, Scope
-from crawler.ratelimit import Budget, RateLimiter
-from crawler.retry import Failure, from_error, from_status, parse_retry_after
-from crawler.robots import Robots
-from crawler.sink import PageRecord
+from crawler.fetch.fetcher import Fetcher, Scope
+from crawler.fetch.ratelimit import Budget, RateLimiter
+from crawler.fetch.robots import Robots
+from crawler.frontier.retry import Failure, from_error, from_status, parse_retry_after
+from crawler.parse.extract import Fields, charset_from_content_type, extract
+from crawler.sink.sql import PageRecord
 
 log = logging.getLogger(__name__)
 
