@@ -24,9 +24,9 @@ from redis.asyncio import Redis
 
 from bench import services
 from crawler.config import DedupConfig
-from crawler.dedup import SeenStore, bloom_shape
+from crawler.dedup.store import SeenStore, bloom_shape
+from crawler.frontier.urls import fingerprint
 from crawler.names import Names
-from crawler.urls import fingerprint
 
 MODES = ("plain", "compact", "bloom")
 CLAIMANT = fingerprint("http://127.0.0.31:8081/")

@@ -38,15 +38,15 @@ from bench.procs import service_cpu
 from bench.site import SiteSpec
 from bench.tools import crawler_config
 from crawler.config import CrawlConfig, parse_config
-from crawler.crawl import frontier
-from crawler.exchanges import declare, topology
-from crawler.message import CrawlMessage, persistent
+from crawler.frontier.exchanges import declare, topology
+from crawler.frontier.message import CrawlMessage, persistent
+from crawler.frontier.publisher import Outgoing, Publisher
+from crawler.frontier.quota import PageQuota
+from crawler.frontier.router import Router
+from crawler.frontier.urls import fingerprint, host_of
 from crawler.names import MAX_PRIORITY
-from crawler.publisher import Outgoing, Publisher
-from crawler.quota import PageQuota
-from crawler.router import Router
 from crawler.settings import Settings
-from crawler.urls import fingerprint, host_of
+from crawler.worker.wiring import frontier
 
 BATCH = 40  # links per page on the bench site
 PRIORITY = 5  # what the router gives the bench's links (the default domain priority, depth 1)

@@ -20,19 +20,21 @@ from typing import Any
 
 from rich.console import Console
 
-from crawler import crawl, dead, logs
-from crawler.background import background
 from crawler.config import CrawlConfig, load_config, with_dedup_mode
-from crawler.consumer import DomainStats
 from crawler.errors import CrawlerError
-from crawler.metrics import Metrics
-from crawler.monitor import Monitoring
+from crawler.frontier import dead
+from crawler.monitor import logs
+from crawler.monitor.metrics import Metrics
+from crawler.monitor.progress import PROGRESS_SAMPLE_EVERY, Progress
+from crawler.monitor.status import render, status, watch
 from crawler.names import HEARTBEAT_TTL
-from crawler.progress import PROGRESS_SAMPLE_EVERY, Progress
 from crawler.redact import redact
 from crawler.settings import Settings
-from crawler.sink import migrate
-from crawler.status import render, status, watch
+from crawler.sink.sql import migrate
+from crawler.worker import wiring
+from crawler.worker.alongside import background
+from crawler.worker.consumer import DomainStats
+from crawler.worker.watching import Monitoring
 
 EXIT_OK = 0
 EXIT_BUG = 1
@@ -136,8 +138,8 @@ def _summary(stats: dict[str, DomainStats], seconds: float) -> str:
 
 async def _dead(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
     match = dead.matcher(args.domain, args.reason)
-    async with crawl.frontier(settings, "crawler dead") as f:
-        await crawl.declare_topology(f, settings, config)
+    async with wiring.frontier(settings, "crawler dead") as f:
+        await wiring.declare_topology(f, settings, config)
         if args.action == "list":
             letters = await dead.list_dead(f.connection, settings.names, match, args.limit)
             for letter in letters:
@@ -243,16 +245,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     async def run() -> int:
         settings, config = _settings_and_config(args)
         if args.command == "seed":
-            routed = await crawl.seed(settings, config, args.urls, args.priority)
+            routed = await wiring.seed(settings, config, args.urls, args.priority)
             print(f"{len(routed.published)} seeds routed, {routed.seen} already seen")
         elif args.command == "crawl":
             if args.fresh:
-                await crawl.reset(settings, config)
+                await wiring.reset(settings, config)
             started = time.monotonic()
             metrics = Metrics()
-            progress = Progress(metrics, crawl.check_domains(config, None))
+            progress = Progress(metrics, wiring.check_domains(config, None))
             async with background(progress.run()):
-                stats = await crawl.consume(
+                stats = await wiring.consume(
                     settings,
                     config,
                     burst=True,
@@ -269,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             data = await status(settings, config)
             print(json.dumps(data, indent=2) if args.json else render(data))
         elif args.command == "reset":
-            await crawl.reset(settings, config)
+            await wiring.reset(settings, config)
             print("seen URLs forgotten, work queues purged")
         elif args.command == "dead":
             await _dead(settings, config, args)
@@ -300,7 +302,7 @@ def consume_main(argv: Sequence[str] | None = None) -> int:
     async def run() -> int:
         settings, config = _settings_and_config(args)
         started = time.monotonic()
-        stats = await crawl.consume(
+        stats = await wiring.consume(
             settings,
             config,
             args.domains,

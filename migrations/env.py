@@ -8,7 +8,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from crawler.sink import Base, create_sink_engine, engine_url
+from crawler.sink.sql import Base, create_sink_engine, engine_url
 
 # Any constant works, as long as every migrating process uses the same one.
 _MIGRATION_LOCK_ID = 0x637261776C6572  # "crawler"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench.profile import activity, parse, summary
 from bench.site import STAMP, SiteSpec, file_name, pages, render, write
-from crawler.extract import compile_fields, extract
+from crawler.parse.extract import compile_fields, extract
 
 
 def _page_of(spec: SiteSpec, url: str) -> tuple[str, int]:

@@ -10,8 +10,8 @@ import httpcore
 import httpx
 import pytest
 
-from crawler.connect import AddressPolicy, GuardedBackend, is_public, refusal
 from crawler.errors import Refused
+from crawler.fetch.connect import AddressPolicy, GuardedBackend, is_public, refusal
 from demo.site import free_port
 
 SITE_IP = "127.0.0.21"

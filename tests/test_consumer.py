@@ -18,13 +18,13 @@ import sqlalchemy as sa
 import yaml
 from redis.asyncio import Redis
 
-from crawler import consumer as consumer_module
-from crawler import crawl
 from crawler.config import load_config
 from crawler.errors import CrawlerError, SinkError
 from crawler.names import HEADER_REASON, Names
 from crawler.settings import Settings
-from crawler.sink import Sink, engine_url
+from crawler.sink.sql import Sink, engine_url
+from crawler.worker import consumer as consumer_module
+from crawler.worker import wiring
 from demo.site import Site, free_port, page, serve
 from tests.services import crawler_command, env_for, settings_for
 from tests.sites import IPS, after_requests, reachable, shops, slow, write_config
@@ -78,7 +78,7 @@ def finish(*processes: subprocess.Popen[str], timeout: float = 90) -> None:
 
 
 async def seed(settings: Settings, *urls: str) -> None:
-    routed = await crawl.seed(settings, load_config(settings.config_path), urls)
+    routed = await wiring.seed(settings, load_config(settings.config_path), urls)
     assert len(routed.published) == len(urls)
 
 
@@ -217,12 +217,12 @@ async def test_a_backlog_is_fetched_by_priority_with_prefetch_1(
     settings = settings_for(amqp_url, prefix, sqlite_url, config)
     classes = ("low", "mid", "high")
     urls = [site.url(f"/{classes[i % 3]}/{i // 3}") for i in range(510)]  # queued interleaved
-    async with crawl.frontier(settings, "test") as f:
-        await crawl.declare_topology(f, settings, load_config(settings.config_path))
+    async with wiring.frontier(settings, "test") as f:
+        await wiring.declare_topology(f, settings, load_config(settings.config_path))
         channel = await f.connection.channel(publisher_confirms=True)
         exchange = await channel.get_exchange(Names(prefix).frontier)
-        router = crawl.Router(
-            load_config(settings.config_path), exchange, f.seen, crawl.PageQuota(f.redis, Names(prefix))
+        router = wiring.Router(
+            load_config(settings.config_path), exchange, f.seen, wiring.PageQuota(f.redis, Names(prefix))
         )
         routed = await router.route(urls, depth=1, claimant=b"test")
         assert len(routed.published) == 510
@@ -314,9 +314,9 @@ async def test_one_consumer_serves_hundreds_of_domain_queues_over_several_connec
     path.write_text(yaml.safe_dump(config))
     settings = settings_for(amqp_url, prefix, sqlite_url, path)
     domains = sorted(load_config(path).domains)
-    caplog.set_level(logging.INFO, logger="crawler.consumer")
+    caplog.set_level(logging.INFO, logger="crawler.worker.consumer")
     with serve(site):
-        stats = await crawl.consume(
+        stats = await wiring.consume(
             settings, load_config(path), burst=True, seeds=[f"http://{d}:{site.port}/" for d in domains]
         )
     expected = {f"http://{d}:{site.port}{p}" for d in domains for p in ("/", "/p1")}
@@ -347,9 +347,9 @@ async def test_more_domains_than_a_connection_takes_are_a_clear_error_without_mo
     settings = settings_for(amqp_url, prefix, sqlite_url, path)
     loaded = load_config(path)
     sink = Sink(sqlite_url)
-    fetcher = crawl.make_fetcher(loaded)
+    fetcher = wiring.make_fetcher(loaded)
     try:
-        async with crawl.frontier(settings, "test") as f:
+        async with wiring.frontier(settings, "test") as f:
             worker = consumer_module.Consumer(
                 loaded, settings.names, f.connection, f.redis, sink, fetcher, None, label="test", burst=True
             )

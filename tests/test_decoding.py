@@ -9,8 +9,8 @@ import zlib
 import brotli
 import pytest
 
-from crawler.decoding import PIECE, decoder_for
 from crawler.errors import BadResponse
+from crawler.fetch.decoding import PIECE, decoder_for
 
 BODY = random.Random(0).randbytes(100_000) + bytes(300_000)
 

@@ -8,9 +8,8 @@ import logging
 import pytest
 from redis.asyncio import Redis
 
-from crawler import crawl
 from crawler.config import DedupConfig, parse_config
-from crawler.dedup import (
+from crawler.dedup.store import (
     BUCKET_FILL,
     MAX_BLOOM_KEY_BITS,
     SeenStore,
@@ -18,9 +17,10 @@ from crawler.dedup import (
     compact_buckets,
 )
 from crawler.errors import ConfigError
+from crawler.frontier.urls import fingerprint
 from crawler.names import Names
 from crawler.settings import Settings
-from crawler.urls import fingerprint
+from crawler.worker import wiring
 from tests.services import REDIS_URL
 
 MODES = ("plain", "compact", "bloom")
@@ -160,7 +160,7 @@ async def test_a_compact_store_past_its_capacity_stays_exact(
 ) -> None:
     seen = store(redis, prefix, "compact", capacity=1000)  # 4 buckets
     batch = fps("o", 3000)  # 750 per bucket: past what an intset holds
-    with caplog.at_level(logging.WARNING, logger="crawler.dedup"):
+    with caplog.at_level(logging.WARNING, logger="crawler.dedup.store"):
         for i in range(0, 3000, 100):
             assert all(await seen.claim(batch[i : i + 100], b"p"))
             await seen.confirm(batch[i : i + 100])
@@ -211,7 +211,7 @@ async def test_a_bloom_store_past_its_capacity_warns(
 ) -> None:
     seen = store(redis, prefix, "bloom", capacity=1000)
     batch = fps("w", 1100)
-    with caplog.at_level(logging.WARNING, logger="crawler.dedup"):
+    with caplog.at_level(logging.WARNING, logger="crawler.dedup.store"):
         fresh = await seen.claim(batch, b"p")
         await seen.confirm([fp for fp, new in zip(batch, fresh, strict=True) if new])
     assert "more false positives" in caplog.text
@@ -225,6 +225,6 @@ async def test_crawler_reset_forgets_the_store(redis: Redis, prefix: str, amqp_u
     assert all(await seen.claim(batch, b"p"))
     await seen.confirm(batch[:200])
     assert await keys(redis, prefix)
-    await crawl.reset(Settings(amqp_url=amqp_url, redis_url=REDIS_URL, prefix=prefix), config)
+    await wiring.reset(Settings(amqp_url=amqp_url, redis_url=REDIS_URL, prefix=prefix), config)
     assert await keys(redis, prefix) == []
     assert await SeenStore(redis, Names(prefix)).claim(batch, b"q") == [True] * 300  # plain, afresh

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from crawler.metrics import Metrics
+from crawler.monitor.metrics import Metrics
 from tests import promtool
 
 DEPLOY = Path(__file__).parent.parent / "deploy"

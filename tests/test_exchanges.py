@@ -3,8 +3,8 @@ from __future__ import annotations
 import aio_pika
 
 from crawler.config import parse_config
-from crawler.exchanges import declare, topology
-from crawler.message import persistent
+from crawler.frontier.exchanges import declare, topology
+from crawler.frontier.message import persistent
 from crawler.names import Names
 from tests.services import queue_info
 

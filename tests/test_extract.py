@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from crawler.extract import Extracted, _Joiner, charset_from_content_type, compile_fields, extract
+from crawler.parse.extract import Extracted, _Joiner, charset_from_content_type, compile_fields, extract
 
 PAGE = "https://ex.com/a/page.html"
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import brotli
 import pytest
 
-from crawler.aiofetch import AiohttpFetcher
 from crawler.config import CrawlConfig, Rules, parse_config
 from crawler.errors import BadResponse, BadURL, FetchError, FetchTimeout, Refused, TooLarge, TooManyRedirects
-from crawler.fetch import BoundedFetcher, HttpFetcher, follow
-from crawler.urls import canonicalise
+from crawler.fetch.aio import AiohttpFetcher
+from crawler.fetch.fetcher import BoundedFetcher, HttpFetcher, follow
+from crawler.frontier.urls import canonicalise
 from demo.site import Reply, Route, Site, free_port, page, serve
 from tests.hostile import brotli_bomb, deflate_bomb, double_gzip_bomb, gzip_bomb, trickle
 

@@ -8,8 +8,8 @@ import pytest
 import sqlalchemy as sa
 
 from crawler.errors import SinkError
-from crawler.groupcommit import GroupCommit
-from crawler.sink import PageRecord, Sink, engine_url, migrate
+from crawler.sink.groupcommit import GroupCommit
+from crawler.sink.sql import PageRecord, Sink, engine_url, migrate
 
 
 class CountingSink(Sink):

@@ -11,8 +11,8 @@ from dataclasses import asdict
 
 from redis.asyncio import Redis
 
-from crawler.heartbeat import Heartbeat, WorkerStatus, workers
-from crawler.metrics import Metrics
+from crawler.monitor.heartbeat import Heartbeat, WorkerStatus, workers
+from crawler.monitor.metrics import Metrics
 from crawler.names import GONE_KEPT, Names
 from tests.wait import until
 

@@ -24,10 +24,10 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from crawler import crawl
 from crawler.config import load_config
 from crawler.names import HEADER_REASON, Names
-from crawler.sink import engine_url
+from crawler.sink.sql import engine_url
+from crawler.worker import wiring
 from demo.site import Reply, Route, Site, free_port, page, serve
 from tests.hostile import brotli_bomb, double_gzip_bomb, gzip_bomb, trickle
 from tests.services import crawler_command, env_for, run, settings_for
@@ -201,7 +201,7 @@ async def test_a_hostile_site_is_crawled_to_clean_outcomes(
     site, expected = hostile_site(port)
     settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", port))
     with serve(site):
-        routed = await crawl.seed(settings, load_config(settings.config_path), [site.url()])
+        routed = await wiring.seed(settings, load_config(settings.config_path), [site.url()])
         assert routed.published == [site.url()]
         argv = crawler_command("crawler-consume", "--burst", "--grace", "10")
         code, peak, err = await asyncio.to_thread(run_consumer, argv, env_for(settings), tmp_path)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from crawler import logs
 from crawler.cli import _setup_logging
+from crawler.monitor import logs
 from demo.site import serve
 from tests.services import run, settings_for
 from tests.sites import reachable, shops, write_config

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crawler.errors import InvalidMessage
-from crawler.message import MAX_MESSAGE_BYTES, CrawlMessage
+from crawler.frontier.message import MAX_MESSAGE_BYTES, CrawlMessage
 
 
 def test_round_trip() -> None:

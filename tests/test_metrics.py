@@ -14,13 +14,13 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from crawler import crawl
 from crawler.config import load_config
 from crawler.errors import ConfigError, ConnectFailed, FetchError, FetchTimeout, Refused, TooLarge
-from crawler.metrics import Metrics, error_kind, status_class
-from crawler.monitor import Monitoring
-from crawler.router import Routed
-from crawler.sink import migrate
+from crawler.frontier.router import Routed
+from crawler.monitor.metrics import Metrics, error_kind, status_class
+from crawler.sink.sql import migrate
+from crawler.worker import wiring
+from crawler.worker.watching import Monitoring
 from demo.site import Reply, Site, serve
 from tests import promtool
 from tests.services import settings_for
@@ -184,7 +184,7 @@ async def test_counts_of_a_crawl_match_the_sink_retries_and_dead_letters_include
     config = load_config(settings.config_path)
     metrics = Metrics()
     with serve(*sites):
-        stats = await crawl.consume(
+        stats = await wiring.consume(
             settings,
             config,
             burst=True,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from crawler.metrics import Metrics
-from crawler.progress import Progress
+from crawler.monitor.metrics import Metrics
+from crawler.monitor.progress import Progress
 from demo.site import serve
 from tests.services import run, settings_for
 from tests.sites import reachable, shops, write_config
@@ -54,9 +54,9 @@ async def test_without_a_terminal_progress_is_log_lines(caplog: pytest.LogCaptur
     task = asyncio.create_task(progress.run())
 
     async def lines() -> list[str]:
-        return [r.getMessage() for r in caplog.records if r.name == "crawler.progress"]
+        return [r.getMessage() for r in caplog.records if r.name == "crawler.monitor.progress"]
 
-    with caplog.at_level(logging.INFO, logger="crawler.progress"):
+    with caplog.at_level(logging.INFO, logger="crawler.monitor.progress"):
         try:
             found = await until(lines, lambda ls: len(ls) >= 2, within=10, what="two progress lines")
         finally:

@@ -12,8 +12,8 @@ from aio_pika.abc import AbstractChannel, AbstractExchange
 from aio_pika.exceptions import DeliveryError
 
 from crawler.errors import CrawlerError
-from crawler.message import persistent
-from crawler.publisher import NotConfirmed, Outgoing, Publisher, fast_path_problem
+from crawler.frontier.message import persistent
+from crawler.frontier.publisher import NotConfirmed, Outgoing, Publisher, fast_path_problem
 from tests.services import drain
 
 FORCED = "the public path, forced by the test"

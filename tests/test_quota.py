@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
+from crawler.frontier.quota import COUNT_READ_INTERVAL, PageQuota
 from crawler.names import Names
-from crawler.quota import COUNT_READ_INTERVAL, PageQuota
 
 
 async def test_take_counts_pages_across_workers_up_to_max_pages(redis: Redis, prefix: str) -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
-from crawler import crawl
 from crawler.config import load_config
+from crawler.fetch.ratelimit import Budget, RateLimiter
 from crawler.names import Names
-from crawler.ratelimit import Budget, RateLimiter
+from crawler.worker import wiring
 from demo.site import Reply, Site, free_port, page, serve
 from tests.services import settings_for
 from tests.sites import IPS, write_config
@@ -73,7 +73,7 @@ async def test_three_consumers_together_keep_the_domains_rate(
     config = write_config(tmp_path / "d.yaml", [site], rate=2, burst=2, prefetch=8)
     settings = settings_for(amqp_url, prefix, sqlite_url, config)
     with serve(site):
-        await crawl.seed(settings, load_config(settings.config_path), [site.url()])
+        await wiring.seed(settings, load_config(settings.config_path), [site.url()])
         workers = [consumer(settings, "--burst") for _ in range(3)]
         await asyncio.to_thread(finish, *workers, timeout=120)
     times = [t for t, _ in site.requests]
@@ -92,7 +92,7 @@ async def test_robots_txt_is_obeyed_by_every_consumer_and_crawl_delay_holds(
     config = write_config(tmp_path / "d.yaml", [site], rate=50, burst=10)
     settings = settings_for(amqp_url, prefix, sqlite_url, config)
     with serve(site):
-        await crawl.seed(settings, load_config(settings.config_path), [site.url()])
+        await wiring.seed(settings, load_config(settings.config_path), [site.url()])
         workers = [consumer(settings, "--burst") for _ in range(2)]
         await asyncio.to_thread(finish, *workers, timeout=120)
     paths = [p for _, p in site.requests]
@@ -135,7 +135,7 @@ async def test_a_429_storm_slows_the_domain_and_it_recovers(
     )
     settings = settings_for(amqp_url, prefix, sqlite_url, config)
     with serve(site):
-        await crawl.seed(settings, load_config(settings.config_path), [site.url()])
+        await wiring.seed(settings, load_config(settings.config_path), [site.url()])
         worker = consumer(settings, "--burst")
         await wait_for(lambda: len(site.requests) >= 30)
         storm["start"] = time.monotonic()

@@ -14,7 +14,7 @@ import yaml
 
 from crawler.names import Names
 from crawler.settings import Settings
-from crawler.sink import engine_url
+from crawler.sink.sql import engine_url
 from demo.site import Reply, Route, Site, free_port, page, serve
 from tests.services import queue_depth, settings_for
 from tests.sites import IPS

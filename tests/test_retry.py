@@ -11,14 +11,14 @@ import aio_pika
 import pytest
 import sqlalchemy as sa
 
-from crawler import crawl
 from crawler import names as hdr
 from crawler.config import load_config
 from crawler.errors import ConnectFailed, Refused, TooLarge
+from crawler.frontier.retry import JITTER, from_error, from_status, next_delay, parse_retry_after
 from crawler.names import Names
-from crawler.retry import JITTER, from_error, from_status, next_delay, parse_retry_after
 from crawler.settings import Settings
-from crawler.sink import engine_url
+from crawler.sink.sql import engine_url
+from crawler.worker import wiring
 from demo.site import Reply, Site, free_port, page, serve
 from tests.services import settings_for
 from tests.sites import IPS, write_config
@@ -113,7 +113,7 @@ async def dead_letters(settings: Settings) -> list[aio_pika.abc.AbstractIncoming
 
 async def run_crawl(settings: Settings, *seeds: str) -> None:
     config = load_config(settings.config_path)
-    await crawl.consume(settings, config, burst=True, seeds=seeds)
+    await wiring.consume(settings, config, burst=True, seeds=seeds)
 
 
 async def test_failures_are_retried_after_their_delays_then_dead_lettered(
@@ -162,7 +162,7 @@ async def test_retries_wait_in_tier_queues_named_for_a_person(
     site = flaky_site()
     settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", [site]))
     names = Names(prefix)
-    topology_queues = {q.name for q in crawl.topology(load_config(settings.config_path), names).queues}
+    topology_queues = {q.name for q in wiring.topology(load_config(settings.config_path), names).queues}
     assert {names.retry_queue(0.2), names.retry_queue(0.4), names.retry_queue(5)} <= topology_queues
     assert names.retry_queue(0.2) == f"{prefix}.retry.0.2s"
     assert names.retry_queue(300) == f"{prefix}.retry.5m"
@@ -225,7 +225,7 @@ async def test_delayed_retries_survive_a_broker_restart_and_consumers_come_back(
     tier = Names(prefix).retry_queue(4)
     with serve(site):
         worker = consumer(settings)
-        await crawl.seed(settings, load_config(settings.config_path), [site.url()])
+        await wiring.seed(settings, load_config(settings.config_path), [site.url()])
         deadline = time.monotonic() + 60
         while await queue_depth(amqp_url, tier) == 0:  # the failed try is parked in its delay tier
             assert time.monotonic() < deadline and worker.poll() is None

@@ -8,9 +8,9 @@ import httpx
 from redis.asyncio import Redis
 
 from crawler.config import Rules
-from crawler.fetch import Response
+from crawler.fetch.fetcher import Response
+from crawler.fetch.robots import Robots
 from crawler.names import Names
-from crawler.robots import Robots
 from tests.wait import until
 
 ORIGIN = "http://robots.test"

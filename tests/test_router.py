@@ -8,12 +8,12 @@ import pytest
 from redis.asyncio import Redis
 
 from crawler.config import CrawlConfig, parse_config
-from crawler.dedup import SeenStore
-from crawler.exchanges import declare, topology
+from crawler.dedup.store import SeenStore
+from crawler.frontier.exchanges import declare, topology
+from crawler.frontier.quota import PageQuota
+from crawler.frontier.router import PublishFailed, Router
+from crawler.frontier.urls import fingerprint
 from crawler.names import Names
-from crawler.quota import PageQuota
-from crawler.router import PublishFailed, Router
-from crawler.urls import fingerprint
 from tests.services import drain
 
 CONFIG = """
@@ -164,7 +164,7 @@ async def test_a_pages_links_are_confirmed_concurrently(
 
 
 def test_priority_for_ranks_seeds_then_rules_then_shallow_links() -> None:
-    from crawler.router import priority_for
+    from crawler.frontier.router import priority_for
 
     text = """
 domains:

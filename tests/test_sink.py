@@ -21,7 +21,7 @@ from sqlalchemy import inspect, select, text
 
 import crawler
 from crawler.errors import ServiceUnavailable, SinkError
-from crawler.sink import (
+from crawler.sink.sql import (
     Base,
     Page,
     PageRecord,

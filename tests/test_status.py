@@ -17,10 +17,10 @@ from rich.console import Console
 
 from crawler.cli import main
 from crawler.config import load_config
+from crawler.monitor.status import management_url, render, rich_tables, status, watch
 from crawler.names import Names
 from crawler.settings import Settings
-from crawler.sink import PageRecord, Sink, migrate
-from crawler.status import management_url, render, rich_tables, status, watch
+from crawler.sink.sql import PageRecord, Sink, migrate
 from demo.site import serve
 from tests.services import run, settings_for
 from tests.sites import reachable, shops, write_config

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from crawler.config import Rules
-from crawler.traps import repeated_run, trap
+from crawler.frontier.traps import repeated_run, trap
 from demo.site import Reply, Site, free_port, page, serve
 from tests.services import settings_for
 from tests.sites import IPS, write_config

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crawler.errors import BadURL
-from crawler.urls import canonicalise, fingerprint, host_of
+from crawler.frontier.urls import canonicalise, fingerprint, host_of
 
 
 @pytest.mark.parametrize(
@@ -84,7 +84,7 @@ def test_canonical_urls_are_idempotent(scheme: str, host: str, rest: str) -> Non
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=120))
 def test_the_remembered_canonical_link_is_the_canonical_form(text: str) -> None:
-    from crawler.urls import canonical_link
+    from crawler.frontier.urls import canonical_link
 
     try:
         expected = canonicalise(text, tracking=("ref",))

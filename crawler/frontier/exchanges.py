@@ -11,8 +11,8 @@ from aiormq.exceptions import ChannelPreconditionFailed
 
 from crawler.config import CrawlConfig
 from crawler.errors import CrawlerError
+from crawler.frontier.retry import JITTER
 from crawler.names import HEADER_RETRY_TIER, MAX_PRIORITY, Names, delay_label
-from crawler.retry import JITTER
 
 Arguments = Mapping[str, Any]
 

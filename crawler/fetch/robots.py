@@ -16,7 +16,7 @@ from redis.exceptions import LockError
 
 from crawler.config import Rules
 from crawler.errors import FetchError
-from crawler.fetch import Fetcher, Hop, follow
+from crawler.fetch.fetcher import Fetcher, Hop, follow
 from crawler.names import ROBOTS_ERROR_TTL, ROBOTS_LOCK_TTL, ROBOTS_TTL, Names
 
 LOCAL_TTL = 30.0  # seconds a worker trusts its own parsed copy before asking Redis again

@@ -14,13 +14,13 @@ from typing import Protocol
 
 from crawler.config import Rules
 from crawler.errors import BadURL, FetchError, Refused, TooManyRedirects
-from crawler.extract import Fields, charset_from_content_type, extract
-from crawler.fetch import Fetcher, Response
-from crawler.ratelimit import Budget, RateLimiter
-from crawler.retry import Failure, from_error, from_status, parse_retry_after
-from crawler.robots import Robots
-from crawler.sink import PageRecord
-from crawler.urls import fingerprint, host_of
+from crawler.fetch.fetcher import Fetcher, Response
+from crawler.fetch.ratelimit import Budget, RateLimiter
+from crawler.fetch.robots import Robots
+from crawler.frontier.retry import Failure, from_error, from_status, parse_retry_after
+from crawler.frontier.urls import fingerprint, host_of
+from crawler.parse.extract import Fields, charset_from_content_type, extract
+from crawler.sink.sql import PageRecord
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,6 @@ import httpcore
 import httpx
 
 from crawler.config import CrawlConfig, Rules
-from crawler.connect import AddressPolicy, GuardedBackend
-from crawler.decoding import ACCEPT_ENCODING, decode_errors, decoder_for
 from crawler.errors import (
     BadResponse,
     BadURL,
@@ -28,6 +26,8 @@ from crawler.errors import (
     TooLarge,
     TooManyRedirects,
 )
+from crawler.fetch.connect import AddressPolicy, GuardedBackend
+from crawler.fetch.decoding import ACCEPT_ENCODING, decode_errors, decoder_for
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 REDIRECTS = frozenset({301, 302, 303, 307, 308})

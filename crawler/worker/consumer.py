@@ -29,26 +29,26 @@ from aio_pika.abc import (
 from redis.asyncio import Redis
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from crawler import logs
 from crawler import names as hdr
 from crawler.config import CrawlConfig, load_config
-from crawler.dedup import SeenStore
+from crawler.dedup.store import SeenStore
 from crawler.errors import BadURL, ConfigError, CrawlerError, InvalidMessage, SinkError
-from crawler.exchanges import declare, domain_queue, topology, work_queues
-from crawler.extract import Fields, compile_fields
-from crawler.fetch import Fetcher
-from crawler.groupcommit import GroupCommit
-from crawler.message import CrawlMessage, persistent
-from crawler.metrics import Metrics
+from crawler.fetch.fetcher import Fetcher
+from crawler.fetch.ratelimit import RateLimiter
+from crawler.fetch.robots import Robots
+from crawler.frontier.exchanges import declare, domain_queue, topology, work_queues
+from crawler.frontier.message import CrawlMessage, persistent
+from crawler.frontier.quota import PageQuota
+from crawler.frontier.retry import Delay, Failure, next_delay
+from crawler.frontier.router import PublishFailed, Routed, Router
+from crawler.frontier.urls import canonicalise, fingerprint, host_of
+from crawler.monitor import logs
+from crawler.monitor.metrics import Metrics
 from crawler.names import Names, delay_label
-from crawler.quota import PageQuota
-from crawler.ratelimit import RateLimiter
-from crawler.retry import Delay, Failure, next_delay
-from crawler.robots import Robots
-from crawler.router import PublishFailed, Routed, Router
-from crawler.sink import PageRecord, Sink
-from crawler.urls import canonicalise, fingerprint, host_of
-from crawler.visit import Visitor, hop_id
+from crawler.parse.extract import Fields, compile_fields
+from crawler.sink.groupcommit import GroupCommit
+from crawler.sink.sql import PageRecord, Sink
+from crawler.worker.page import Visitor, hop_id
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from crawler.metrics import Metrics
+from crawler.monitor.metrics import Metrics
 from crawler.names import GONE_KEPT, HEARTBEAT_TTL, Names
 
 log = logging.getLogger(__name__)

@@ -13,11 +13,11 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from crawler import services
+from crawler import connections
 from crawler.config import CrawlConfig
-from crawler.heartbeat import workers
+from crawler.monitor.heartbeat import workers
 from crawler.settings import Settings
-from crawler.sink import Sink, migrate
+from crawler.sink.sql import Sink, migrate
 
 MANAGEMENT_PORT = 15672
 RATE_WINDOW = 60  # seconds of stored pages behind `pages_per_second`
@@ -87,7 +87,7 @@ async def _from_management(settings: Settings, queues: list[str]) -> dict[str, Q
 
 async def _from_broker(settings: Settings, queues: list[str]) -> dict[str, QueueDepth]:
     out = {}
-    async with services.broker(settings.amqp_url, "crawler status") as connection:
+    async with connections.broker(settings.amqp_url, "crawler status") as connection:
         for name in queues:
             # A passive declare of a missing queue closes its channel: one channel per queue.
             channel = await connection.channel()
@@ -122,7 +122,7 @@ def _stored(database_url: str) -> tuple[dict[str, tuple[int, int]], dict[str, in
 
 
 async def _workers(settings: Settings) -> list[dict[str, Any]]:
-    async with services.redis(settings.redis_url) as redis:
+    async with connections.redis(settings.redis_url) as redis:
         found = await workers(redis, settings.names)
     return [{"state": w.state, "age": w.age, **asdict(w.worker)} for w in found]
 

@@ -10,20 +10,20 @@ from dataclasses import dataclass
 from aio_pika.abc import AbstractRobustConnection
 from redis.asyncio import Redis
 
-from crawler import services
-from crawler.aiofetch import AiohttpFetcher
+from crawler import connections
 from crawler.config import CrawlConfig, with_dedup_mode
-from crawler.consumer import Consumer, DomainStats
-from crawler.dedup import SeenStore
+from crawler.dedup.store import SeenStore
 from crawler.errors import BadURL, ConfigError
-from crawler.exchanges import declare, topology, work_queues
-from crawler.fetch import BoundedFetcher, HttpFetcher
-from crawler.monitor import Monitoring, monitored
-from crawler.quota import PageQuota
-from crawler.router import Routed, Router
+from crawler.fetch.aio import AiohttpFetcher
+from crawler.fetch.fetcher import BoundedFetcher, HttpFetcher
+from crawler.frontier.exchanges import declare, topology, work_queues
+from crawler.frontier.quota import PageQuota
+from crawler.frontier.router import Routed, Router
+from crawler.frontier.urls import canonicalise
 from crawler.settings import Settings
-from crawler.sink import Sink, migrate
-from crawler.urls import canonicalise
+from crawler.sink.sql import Sink, migrate
+from crawler.worker.consumer import Consumer, DomainStats
+from crawler.worker.watching import Monitoring, monitored
 
 SEED_CLAIMANT = b"seed"
 
@@ -43,8 +43,8 @@ async def frontier(
 ) -> AsyncIterator[Frontier]:
     """Connect to RabbitMQ and Redis; the dedup store is laid out as `config` says (default: plain)."""
     async with AsyncExitStack() as stack:
-        connection = await stack.enter_async_context(services.broker(settings.amqp_url, role))
-        redis = await stack.enter_async_context(services.redis(settings.redis_url))
+        connection = await stack.enter_async_context(connections.broker(settings.amqp_url, role))
+        redis = await stack.enter_async_context(connections.redis(settings.redis_url))
         dedup = config.dedup if config is not None else None
         yield Frontier(connection, redis, SeenStore(redis, settings.names, dedup))
 
@@ -143,7 +143,9 @@ async def consume(
         f = await stack.enter_async_context(frontier(settings, role, config))
         # Publishing on its own connection: RabbitMQ throttles a connection that publishes faster
         # than its queues take, and on a shared one that would hold up deliveries and acks too.
-        publishing = await stack.enter_async_context(services.broker(settings.amqp_url, f"{role} publisher"))
+        publishing = await stack.enter_async_context(
+            connections.broker(settings.amqp_url, f"{role} publisher")
+        )
         sink = Sink(settings.database_url)
         stack.callback(sink.close)
         fetcher = make_fetcher(config)
@@ -151,7 +153,7 @@ async def consume(
 
         async def connect() -> AbstractRobustConnection:
             # More domains than one connection's channels: another connection, closed with the rest.
-            return await stack.enter_async_context(services.broker(settings.amqp_url, role))
+            return await stack.enter_async_context(connections.broker(settings.amqp_url, role))
 
         consumer = Consumer(
             config,
@@ -161,7 +163,7 @@ async def consume(
             sink,
             fetcher,
             chosen if domains else None,
-            label=services.process_label(role),
+            label=connections.process_label(role),
             prefetch=prefetch,
             burst=burst,
             grace=grace,

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 
 from crawler.config import CrawlConfig
-from crawler.exchanges import declare, topology
-from crawler.metrics import Metrics
+from crawler.frontier.exchanges import declare, topology
+from crawler.monitor.metrics import Metrics
 from crawler.names import Names
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from crawler.logs import FIELDS
-from crawler.metrics import Metrics, Totals
+from crawler.monitor.logs import FIELDS
+from crawler.monitor.metrics import Metrics, Totals
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
-from crawler.background import background
-from crawler.consumer import Consumer
-from crawler.heartbeat import Heartbeat
-from crawler.metrics import Metrics
+from crawler.monitor.heartbeat import Heartbeat
+from crawler.monitor.metrics import Metrics
+from crawler.monitor.sampler import SAMPLE_EVERY, QueueSampler
 from crawler.names import HEARTBEAT_TTL
-from crawler.sampler import SAMPLE_EVERY, QueueSampler
+from crawler.worker.alongside import background
+from crawler.worker.consumer import Consumer
 
 
 @dataclass(slots=True)

@@ -29,7 +29,7 @@ from pamqp import commands, frame
 from pamqp.constants import FRAME_BODY, FRAME_END_CHAR, FRAME_HEADER
 
 from crawler.errors import CrawlerError
-from crawler.message import persistent
+from crawler.frontier.message import persistent
 
 # AMQP 0-9-1 general frame: type, channel, payload size; then the payload and a frame-end octet.
 _FRAME = struct.Struct(">BHI")

@@ -11,14 +11,14 @@ from typing import NamedTuple
 from aio_pika.abc import AbstractExchange
 
 from crawler.config import CrawlConfig, Rules
-from crawler.dedup import SeenStore
+from crawler.dedup.store import SeenStore
 from crawler.errors import BadURL, CrawlerError
-from crawler.message import CrawlMessage
+from crawler.frontier.message import CrawlMessage
+from crawler.frontier.publisher import MAX_ROUTING_KEY, Outgoing, Publisher
+from crawler.frontier.quota import PageQuota
+from crawler.frontier.traps import trap
+from crawler.frontier.urls import canonical_link, canonicalise, fingerprint, host_of
 from crawler.names import MAX_PRIORITY
-from crawler.publisher import MAX_ROUTING_KEY, Outgoing, Publisher
-from crawler.quota import PageQuota
-from crawler.traps import trap
-from crawler.urls import canonical_link, canonicalise, fingerprint, host_of
 
 log = logging.getLogger(__name__)
 

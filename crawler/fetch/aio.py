@@ -15,9 +15,9 @@ import httpx
 from yarl import URL
 
 from crawler.config import CrawlConfig, Rules
-from crawler.connect import AddressPolicy, GuardedBackend, GuardedResolver
 from crawler.errors import BadResponse, ConnectFailed, FetchError, Refused, TooLarge
-from crawler.fetch import HTML_TYPES, REDIRECTS, BoundedFetcher, read_body, request_headers
+from crawler.fetch.connect import AddressPolicy, GuardedBackend, GuardedResolver
+from crawler.fetch.fetcher import HTML_TYPES, REDIRECTS, BoundedFetcher, read_body, request_headers
 
 MAX_HEADER_BYTES = 65_536
 

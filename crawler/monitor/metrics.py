@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -29,8 +29,9 @@ from crawler.errors import (
     TooLarge,
     TooManyRedirects,
 )
-from crawler.router import Routed
-from crawler.visit import Outcome
+from crawler.frontier.retry import Failure
+from crawler.frontier.router import Routed
+from crawler.sink.sql import PageRecord
 
 FETCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -56,6 +57,31 @@ def error_kind(error: FetchError | None, status: int | None) -> str | None:
     if status is not None and status >= 400:
         return f"http_{status}"
     return None
+
+
+class _Fetch(Protocol):
+    """How a fetch went, as observe_visit reads it."""
+
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def error(self) -> FetchError | None: ...
+
+
+class Visited(Protocol):
+    """A visit's outcome as observe_visit reads it: crawler.worker.page.Outcome, which monitoring
+    does not import (the worker sits above it)."""
+
+    @property
+    def record(self) -> PageRecord: ...
+    @property
+    def failure(self) -> Failure | None: ...
+    @property
+    def rate_wait(self) -> float: ...
+    @property
+    def fetched(self) -> _Fetch | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +211,7 @@ class Metrics:
         if kind is not None:
             self.errors.labels(domain, kind).inc()
 
-    def observe_visit(self, domain: str, outcome: Outcome) -> None:
+    def observe_visit(self, domain: str, outcome: Visited) -> None:
         """A visit: its wait for a rate token and its fetch, if it got that far."""
         fetched = outcome.fetched
         if fetched is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from crawler.sink import PageRecord, Sink
+from crawler.sink.sql import PageRecord, Sink
 
 MAX_BATCH = 256
 

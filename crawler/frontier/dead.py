@@ -10,7 +10,7 @@ from typing import Any
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
 
 from crawler import names as hdr
-from crawler.message import persistent
+from crawler.frontier.message import persistent
 from crawler.names import Names
 
 # Headers that describe a failure; a replayed message starts afresh without them.
