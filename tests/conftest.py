@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 from redis.asyncio import Redis
 
-from tests import services, tripwire
+from tests.support import services, tripwire
 
 # Nothing a test does may connect outside loopback, even if the crawler's own guard fails.
 tripwire.install()

@@ -29,8 +29,8 @@ from crawler.names import HEADER_REASON, Names
 from crawler.sink.sql import engine_url
 from crawler.worker import wiring
 from demo.site import Reply, Route, Site, free_port, page, serve
-from tests.hostile import brotli_bomb, double_gzip_bomb, gzip_bomb, trickle
-from tests.services import crawler_command, env_for, run, settings_for
+from tests.support.hostile import brotli_bomb, double_gzip_bomb, gzip_bomb, trickle
+from tests.support.services import crawler_command, env_for, run, settings_for
 
 SITE_IP = "127.0.0.21"
 BAIT_IP = "127.0.0.1"

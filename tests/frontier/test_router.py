@@ -14,7 +14,7 @@ from crawler.frontier.quota import PageQuota
 from crawler.frontier.router import PublishFailed, Router
 from crawler.frontier.urls import fingerprint
 from crawler.names import Names
-from tests.services import drain
+from tests.support.services import drain
 
 CONFIG = """
 defaults: {max_depth: 2}

@@ -14,72 +14,20 @@ from pathlib import Path
 
 import aio_pika
 import pytest
-import sqlalchemy as sa
 import yaml
 from redis.asyncio import Redis
 
 from crawler.config import load_config
 from crawler.errors import CrawlerError, SinkError
 from crawler.names import HEADER_REASON, Names
-from crawler.settings import Settings
-from crawler.sink.sql import Sink, engine_url
+from crawler.sink.sql import Sink
 from crawler.worker import consumer as consumer_module
 from crawler.worker import wiring
 from demo.site import Site, free_port, page, serve
-from tests.services import crawler_command, env_for, settings_for
-from tests.sites import IPS, after_requests, reachable, shops, slow, write_config
-
-
-def stored(database_url: str) -> list[tuple[str, int | None, str | None]]:
-    """(url, status_code, error) of every row, duplicates included."""
-    engine = sa.create_engine(engine_url(database_url))
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(sa.text("SELECT url, status_code, error FROM pages")).all()
-            return [(r[0], r[1], r[2]) for r in rows]
-    finally:
-        engine.dispose()
-
-
-def consumer(settings: Settings, *args: str) -> subprocess.Popen[str]:
-    """Start a `crawler-consume` process."""
-    return subprocess.Popen(
-        crawler_command("crawler-consume", *args),
-        env=env_for(settings),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-async def wait_for(condition: Callable[[], bool], timeout: float = 60) -> None:
-    """Poll `condition` until it holds; fail the test if it does not within `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
-
-
-def finish(*processes: subprocess.Popen[str], timeout: float = 90) -> None:
-    """Wait for every process; fail the test with a stderr if one does not exit 0 cleanly."""
-    # All are waited for (or killed) before any assertion, so a failure leaves none running.
-    errors = []
-    for process in processes:
-        try:
-            _, err = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            _, err = process.communicate()
-            err += f"\n(killed after {timeout}s)"
-        errors.append((process.returncode, err))
-    for returncode, err in errors:
-        assert returncode == 0, err
-        assert "Traceback" not in err, err
-
-
-async def seed(settings: Settings, *urls: str) -> None:
-    routed = await wiring.seed(settings, load_config(settings.config_path), urls)
-    assert len(routed.published) == len(urls)
+from tests.support.crawls import consumer, finish, seed, stored
+from tests.support.services import crawler_command, env_for, settings_for
+from tests.support.sites import IPS, after_requests, reachable, shops, slow, write_config
+from tests.support.wait import until
 
 
 @pytest.mark.parametrize(
@@ -246,14 +194,14 @@ async def test_edits_of_domains_yaml_reach_a_running_consumer(
         worker = subprocess.Popen(
             crawler_command("crawler-consume"), env=env_for(settings), stderr=sink, stdout=sink, text=True
         )
-        await wait_for(lambda: len(sites[0].requests) >= 3)
+        await until(lambda: len(sites[0].requests) >= 3, every=0.02)
         good = path.read_text()
         path.write_text(good + "\nsurprise: true\n")  # an invalid edit: refused, the old rules stay
-        await wait_for(lambda: "refused" in log.read_text())
+        await until(lambda: "refused" in log.read_text(), every=0.02)
         assert "surprise" in log.read_text() and worker.poll() is None
         path.write_text(write_config(tmp_path / "new.yaml", sites, rate=200, burst=10).read_text())
         edited = time.monotonic()
-        await wait_for(lambda: len(sites[0].requests) >= 43, timeout=30)  # 40 s left at rate 1
+        await until(lambda: len(sites[0].requests) >= 43, within=30, every=0.02)  # 40 s left at rate 1
         assert time.monotonic() - edited < 15
         worker.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(worker.wait, 60) == 0

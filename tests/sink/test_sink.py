@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -150,21 +149,43 @@ async def test_two_sinks_writing_at_once_make_no_duplicates(database_url: str) -
 
 
 async def test_concurrent_migrations_do_not_collide(database_url: str) -> None:
-    # The children import first, then start together, so their migrations really overlap.
-    start = str(time.time() + 2)
+    # The children import first and say so, then wait on their stdin: released together, with two
+    # migrations in this process, their migrations really overlap.
     code = (
-        "import sys, time; from crawler.sink import ensure_schema; "
-        "time.sleep(max(0, float(sys.argv[2]) - time.time())); ensure_schema(sys.argv[1])"
+        "import sys; from crawler.sink.sql import ensure_schema; "
+        "print('ready', flush=True); sys.stdin.readline(); ensure_schema(sys.argv[1])"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(crawler.__file__).parent.parent)}
-
-    def in_another_process() -> None:
-        subprocess.run([sys.executable, "-c", code, database_url, start], env=env, check=True, timeout=60)
-
-    await asyncio.gather(
-        *(asyncio.to_thread(in_another_process) for _ in range(3)),
-        *(asyncio.to_thread(ensure_schema, database_url) for _ in range(2)),
-    )
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, database_url],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    try:
+        for child in children:
+            assert child.stdout is not None
+            assert await asyncio.to_thread(child.stdout.readline) == "ready\n"
+        for child in children:  # the barrier: all are waiting, release them at once
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.close()
+        await asyncio.gather(
+            *(asyncio.to_thread(child.wait, 60) for child in children),
+            *(asyncio.to_thread(ensure_schema, database_url) for _ in range(2)),
+        )
+        assert [child.returncode for child in children] == [0, 0, 0]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            if child.stdout is not None:
+                child.stdout.close()
     assert rows(database_url) == []
 
 

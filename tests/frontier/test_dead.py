@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 from demo.site import Reply, Site, free_port, page, serve
-from tests.services import run, settings_for
-from tests.sites import IPS, write_config
-from tests.test_retry import dead_letters, rows, run_crawl
+from tests.support.crawls import dead_letters, rows, run_crawl
+from tests.support.services import run, settings_for
+from tests.support.sites import IPS, write_config
 
 
 def broken_sites() -> list[Site]:

@@ -21,7 +21,7 @@ from crawler.frontier.urls import fingerprint
 from crawler.names import Names
 from crawler.settings import Settings
 from crawler.worker import wiring
-from tests.services import REDIS_URL
+from tests.support.services import REDIS_URL
 
 MODES = ("plain", "compact", "bloom")
 

@@ -24,7 +24,7 @@ AMQP_HOST = os.environ.get("CRAWLER_TEST_AMQP_HOST", "localhost")
 MANAGEMENT = f"http://{AMQP_HOST}:15672"
 REDIS_URL = os.environ.get("CRAWLER_TEST_REDIS_URL", "redis://localhost:6379/0")
 AUTH = ("guest", "guest")
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
@@ -102,7 +102,8 @@ def crawler_command(entry: str, *args: str) -> list[str]:
     func = {"crawler": "main", "crawler-consume": "consume_main"}[entry]
     # The tripwire first: whatever the crawler does, it connects nowhere but loopback.
     code = (
-        f"import sys; sys.path.insert(0, {str(REPO)!r}); import tests.tripwire; tests.tripwire.install(); "
+        f"import sys; sys.path.insert(0, {str(REPO)!r}); "
+        "from tests.support import tripwire; tripwire.install(); "
         f"from {module} import {func}; sys.exit({func}(sys.argv[1:]))"
     )
     return [sys.executable, "-c", code, *args]

@@ -13,9 +13,10 @@ from crawler.fetch.ratelimit import Budget, RateLimiter
 from crawler.names import Names
 from crawler.worker import wiring
 from demo.site import Reply, Site, free_port, page, serve
-from tests.services import settings_for
-from tests.sites import IPS, write_config
-from tests.test_consumer import consumer, finish, wait_for
+from tests.support.crawls import consumer, finish, rows
+from tests.support.services import settings_for
+from tests.support.sites import IPS, write_config
+from tests.support.wait import until
 
 
 def max_in_window(times: list[float], window: float) -> int:
@@ -104,7 +105,6 @@ async def test_robots_txt_is_obeyed_by_every_consumer_and_crawl_delay_holds(
     for window in (2.0, 4.0):
         assert max_in_window(pages, window) <= window + 1
     assert (len(pages) - 1) / (pages[-1] - pages[0]) <= 1.1
-    from tests.test_retry import rows
 
     stored = rows(sqlite_url)
     assert stored[site.url("/p/1")] == (None, "disallowed by robots.txt", 1)
@@ -137,7 +137,7 @@ async def test_a_429_storm_slows_the_domain_and_it_recovers(
     with serve(site):
         await wiring.seed(settings, load_config(settings.config_path), [site.url()])
         worker = consumer(settings, "--burst")
-        await wait_for(lambda: len(site.requests) >= 30)
+        await until(lambda: len(site.requests) >= 30, every=0.02)
         storm["start"] = time.monotonic()
         await asyncio.to_thread(finish, worker, timeout=120)
     start = storm["start"]

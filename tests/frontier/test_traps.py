@@ -7,9 +7,9 @@ import pytest
 from crawler.config import Rules
 from crawler.frontier.traps import repeated_run, trap
 from demo.site import Reply, Site, free_port, page, serve
-from tests.services import settings_for
-from tests.sites import IPS, write_config
-from tests.test_retry import rows, run_crawl
+from tests.support.crawls import rows, run_crawl
+from tests.support.services import settings_for
+from tests.support.sites import IPS, write_config
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from crawler.monitor.heartbeat import Heartbeat, WorkerStatus, workers
 from crawler.monitor.metrics import Metrics
 from crawler.names import GONE_KEPT, Names
-from tests.wait import until
+from tests.support.wait import until
 
 
 def heartbeat(redis: Redis, prefix: str, ttl: float, metrics: Metrics | None = None) -> Heartbeat:

@@ -12,9 +12,9 @@ import pytest
 from crawler.monitor.metrics import Metrics
 from crawler.monitor.progress import Progress
 from demo.site import serve
-from tests.services import run, settings_for
-from tests.sites import reachable, shops, write_config
-from tests.wait import until
+from tests.support.services import run, settings_for
+from tests.support.sites import reachable, shops, write_config
+from tests.support.wait import until
 
 
 class _Terminal(io.StringIO):

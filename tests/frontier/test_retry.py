@@ -7,21 +7,19 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
 
-import aio_pika
 import pytest
-import sqlalchemy as sa
 
 from crawler import names as hdr
 from crawler.config import load_config
 from crawler.errors import ConnectFailed, Refused, TooLarge
 from crawler.frontier.retry import JITTER, from_error, from_status, next_delay, parse_retry_after
 from crawler.names import Names
-from crawler.settings import Settings
-from crawler.sink.sql import engine_url
 from crawler.worker import wiring
 from demo.site import Reply, Site, free_port, page, serve
-from tests.services import settings_for
-from tests.sites import IPS, write_config
+from tests.support.crawls import consumer, dead_letters, finish, rows, run_crawl
+from tests.support.services import settings_for
+from tests.support.sites import IPS, write_config
+from tests.support.wait import until
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -90,32 +88,6 @@ def flaky_site() -> Site:
     return Site("a.test", IPS["a.test"], port, routes)  # type: ignore[arg-type]
 
 
-def rows(database_url: str) -> dict[str, tuple[int | None, str | None, int]]:
-    engine = sa.create_engine(engine_url(database_url))
-    try:
-        with engine.connect() as conn:
-            result = conn.execute(sa.text("SELECT url, status_code, error, attempts FROM pages"))
-            return {r[0]: (r[1], r[2], r[3]) for r in result}
-    finally:
-        engine.dispose()
-
-
-async def dead_letters(settings: Settings) -> list[aio_pika.abc.AbstractIncomingMessage]:
-    out = []
-    async with await aio_pika.connect(settings.amqp_url) as connection:
-        channel = await connection.channel()
-        queue = await channel.get_queue(Names(settings.prefix).dead)
-        while (message := await queue.get(fail=False)) is not None:
-            out.append(message)
-        await channel.close()  # not acked: they stay in the queue
-    return out
-
-
-async def run_crawl(settings: Settings, *seeds: str) -> None:
-    config = load_config(settings.config_path)
-    await wiring.consume(settings, config, burst=True, seeds=seeds)
-
-
 async def test_failures_are_retried_after_their_delays_then_dead_lettered(
     tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
 ) -> None:
@@ -173,7 +145,7 @@ async def test_a_database_outage_loses_nothing(
 ) -> None:
     import psycopg
 
-    from tests.sites import after_requests, reachable, shops, slow
+    from tests.support.sites import after_requests, reachable, shops, slow
 
     sites = shops(products=30, hosts=["a.test"])
     slow(sites[0], 0.02)
@@ -213,8 +185,7 @@ async def test_delayed_retries_survive_a_broker_restart_and_consumers_come_back(
     import signal
     import time
 
-    from tests.services import queue_depth, restart_rabbitmq
-    from tests.test_consumer import consumer, finish
+    from tests.support.services import queue_depth, restart_rabbitmq
 
     port = free_port(IPS["a.test"])
     routes = {"/": page("home", ["/flaky"]), "/flaky": lambda n: Reply(503) if n < 1 else page("ok", [])}
@@ -226,19 +197,22 @@ async def test_delayed_retries_survive_a_broker_restart_and_consumers_come_back(
     with serve(site):
         worker = consumer(settings)
         await wiring.seed(settings, load_config(settings.config_path), [site.url()])
-        deadline = time.monotonic() + 60
-        while await queue_depth(amqp_url, tier) == 0:  # the failed try is parked in its delay tier
-            assert time.monotonic() < deadline and worker.poll() is None
-            await asyncio.sleep(0.05)
+
+        async def parked() -> bool:  # the failed try is parked in its delay tier (or the worker died)
+            return worker.poll() is not None or await queue_depth(amqp_url, tier) > 0
+
+        await until(parked, within=60, every=0.05)
+        assert worker.poll() is None
         await asyncio.to_thread(restart_rabbitmq)
         # The worker reconnects by itself and takes the retry once its delay has passed.
         deadline = time.monotonic() + 90
-        while site.hits("/flaky") < 2:
-            assert time.monotonic() < deadline and worker.poll() is None
-            await asyncio.sleep(0.05)
-        while rows(sqlite_url).get(site.url("/flaky"), (None,))[0] != 200:
-            assert time.monotonic() < deadline
-            await asyncio.sleep(0.05)
+        await until(lambda: site.hits("/flaky") >= 2 or worker.poll() is not None, within=90, every=0.05)
+        assert worker.poll() is None
+        await until(
+            lambda: rows(sqlite_url).get(site.url("/flaky"), (None,))[0] == 200,
+            within=deadline - time.monotonic(),
+            every=0.05,
+        )
         worker.send_signal(signal.SIGTERM)
         await asyncio.to_thread(finish, worker)
     assert rows(sqlite_url)[site.url("/flaky")] == (200, None, 2)

@@ -19,7 +19,7 @@ from crawler.fetch.aio import AiohttpFetcher
 from crawler.fetch.fetcher import FollowingFetcher, HttpFetcher
 from crawler.frontier.urls import canonicalise
 from demo.site import Reply, Route, Site, free_port, page, serve
-from tests.hostile import brotli_bomb, deflate_bomb, double_gzip_bomb, gzip_bomb, trickle
+from tests.support.hostile import brotli_bomb, deflate_bomb, double_gzip_bomb, gzip_bomb, trickle
 
 SITE_IP = "127.0.0.21"
 BAIT_IP = "127.0.0.1"

@@ -20,7 +20,7 @@ _installed = False
 
 
 def _service_addresses() -> set[str]:
-    # The test services may live elsewhere (see tests/services.py and tests/conftest.py).
+    # The test services may live elsewhere (see tests/support/services.py and tests/conftest.py).
     hosts = {
         os.environ.get("CRAWLER_TEST_AMQP_HOST", "localhost"),
         urlsplit(os.environ.get("CRAWLER_TEST_REDIS_URL", "redis://localhost")).hostname or "localhost",

@@ -13,9 +13,9 @@ import pytest
 from crawler.cli import _setup_logging
 from crawler.monitor import logs
 from demo.site import serve
-from tests.services import run, settings_for
-from tests.sites import reachable, shops, write_config
-from tests.test_consumer import seed
+from tests.support.crawls import seed
+from tests.support.services import run, settings_for
+from tests.support.sites import reachable, shops, write_config
 
 SECRET_URL = "amqp://crawler:hunter2@rabbit.example:5672/"
 

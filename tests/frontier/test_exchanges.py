@@ -6,7 +6,7 @@ from crawler.config import parse_config
 from crawler.frontier.exchanges import declare, topology
 from crawler.frontier.message import persistent
 from crawler.names import Names
-from tests.services import queue_info
+from tests.support.services import queue_info
 
 CONFIG = "domains: {shop.test: {}, books.test: {}}"
 

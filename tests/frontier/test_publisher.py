@@ -11,7 +11,7 @@ from aio_pika.exceptions import DeliveryError
 from crawler.errors import CrawlerError
 from crawler.frontier.message import persistent
 from crawler.frontier.publisher import NotConfirmed, Outgoing, Publisher
-from tests.services import drain
+from tests.support.services import drain
 
 
 async def _exchange_and_queue(

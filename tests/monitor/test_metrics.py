@@ -22,13 +22,13 @@ from crawler.sink.sql import ensure_schema
 from crawler.worker import wiring
 from crawler.worker.watching import Monitoring
 from demo.site import Reply, Site, serve
-from tests import promtool
-from tests.services import settings_for
-from tests.sites import reachable, shops, slow, write_config
-from tests.test_consumer import consumer, finish, seed, stored
-from tests.wait import until
+from tests.support import promtool
+from tests.support.crawls import consumer, finish, seed, stored
+from tests.support.services import settings_for
+from tests.support.sites import reachable, shops, slow, write_config
+from tests.support.wait import until
 
-README = Path(__file__).parent.parent / "README.md"
+README = Path(__file__).parents[2] / "README.md"
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

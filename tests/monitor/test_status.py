@@ -22,10 +22,10 @@ from crawler.names import Names
 from crawler.settings import Settings
 from crawler.sink.sql import PageRecord, Sink, ensure_schema
 from demo.site import serve
-from tests.services import run, settings_for
-from tests.sites import reachable, shops, write_config
-from tests.test_consumer import consumer, finish, seed
-from tests.wait import until
+from tests.support.crawls import consumer, finish, seed
+from tests.support.services import run, settings_for
+from tests.support.sites import reachable, shops, write_config
+from tests.support.wait import until
 
 
 def ready(data: dict[str, Any]) -> dict[str, int]:
