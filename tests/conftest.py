@@ -13,6 +13,7 @@ import pytest
 from psycopg import sql
 from redis.asyncio import Redis
 
+from crawler.fetch.fetcher import FollowingFetcher
 from tests.support import services, tripwire
 
 # Nothing a test does may connect outside loopback, even if the crawler's own guard fails.
@@ -79,3 +80,12 @@ async def channel(amqp_url: str) -> AsyncIterator[aio_pika.abc.AbstractChannel]:
     """A channel with publisher confirms on the test's own vhost."""
     async with await aio_pika.connect(amqp_url) as connection:
         yield await connection.channel(publisher_confirms=True)
+
+
+@pytest.fixture
+async def fetchers() -> AsyncIterator[list[FollowingFetcher]]:
+    """The fetchers a test made, closed after it."""
+    made: list[FollowingFetcher] = []
+    yield made
+    for fetcher in made:
+        await fetcher.aclose()
