@@ -13,7 +13,8 @@ import pytest
 from psycopg import sql
 from redis.asyncio import Redis
 
-from tests import services, tripwire
+from crawler.fetch.fetcher import BoundedFetcher
+from tests.support import services, tripwire
 
 # Nothing a test does may connect outside loopback, even if the crawler's own guard fails.
 tripwire.install()
@@ -79,3 +80,12 @@ async def channel(amqp_url: str) -> AsyncIterator[aio_pika.abc.AbstractChannel]:
     """A channel with publisher confirms on the test's own vhost."""
     async with await aio_pika.connect(amqp_url) as connection:
         yield await connection.channel(publisher_confirms=True)
+
+
+@pytest.fixture
+async def fetchers() -> AsyncIterator[list[BoundedFetcher]]:
+    """The fetchers a test made, closed after it."""
+    made: list[BoundedFetcher] = []
+    yield made
+    for fetcher in made:
+        await fetcher.aclose()

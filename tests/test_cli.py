@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from demo.site import serve
-from tests.services import run, settings_for
-from tests.sites import reachable, shops, write_config
+from tests.support.services import run, settings_for
+from tests.support.sites import reachable, shops, write_config
 
 
 def test_crawl_runs_end_to_end_and_prints_a_summary(

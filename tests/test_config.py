@@ -7,7 +7,7 @@ import pytest
 from crawler.config import DedupConfig, load_config, parse_config, with_dedup_mode
 from crawler.errors import ConfigError
 from crawler.settings import Settings
-from tests.services import crawler_command
+from tests.support.services import crawler_command
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from crawler.monitor.metrics import Metrics
-from tests import promtool
+from tests.support import promtool
 
 DEPLOY = Path(__file__).parent.parent / "deploy"
 PROMETHEUS = DEPLOY / "prometheus"

@@ -18,9 +18,9 @@ import redis
 from crawler.redact import RedactingFormatter, redact
 from crawler.settings import Settings
 from demo.site import serve
-from tests import services
-from tests.services import settings_for
-from tests.sites import reachable, shops, write_config
+from tests.support import services
+from tests.support.services import settings_for
+from tests.support.sites import reachable, shops, write_config
 
 
 @pytest.mark.parametrize(

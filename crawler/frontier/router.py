@@ -16,6 +16,7 @@ from crawler.errors import BadURL, CrawlerError
 from crawler.frontier.message import CrawlMessage
 from crawler.frontier.publisher import MAX_ROUTING_KEY, Outgoing, Publisher
 from crawler.frontier.quota import PageQuota
+from crawler.frontier.scope import Scope
 from crawler.frontier.traps import trap
 from crawler.frontier.urls import canonical_link, canonicalise, fingerprint, host_of
 from crawler.names import MAX_PRIORITY
@@ -63,21 +64,19 @@ class Router:
     def __init__(
         self, config: CrawlConfig, exchange: AbstractExchange, seen: SeenStore, quota: PageQuota
     ) -> None:
-        self.config = config
+        self.scope = Scope(config)
         self._publisher = Publisher(exchange)
         self._seen = seen
         self._quota = quota
 
-    def canonical(self, url: str, base: str | None = None) -> str:
-        """The canonical form of `url` (resolved against `base`); BadURL if it cannot be crawled."""
-        return canonicalise(url, base, self.config.dropped_params)
+    @property
+    def config(self) -> CrawlConfig:
+        """The configuration routing follows; setting it (a live edit) changes the scope too."""
+        return self.scope.config
 
-    def scope(self, url: str, host: str | None = None) -> str | None:
-        """The configured domain of a canonical URL (of `host`, if known); BadURL if it is out of scope."""
-        domain = self.config.domain_of(host_of(url) if host is None else host)
-        if domain is None and not self.config.follow_other_domains:
-            raise BadURL(f"{url}: host is not in any configured domain of domains.yaml")
-        return domain
+    @config.setter
+    def config(self, config: CrawlConfig) -> None:
+        self.scope.config = config
 
     async def route(
         self,
@@ -153,7 +152,7 @@ class Router:
     def _owner(self, url: str, host: str) -> tuple[str | None, Rules] | None:
         """The domain and rules of the host of `url`; None if it is out of scope."""
         try:
-            domain = self.scope(url, host)
+            domain = self.scope.domain(url, host)
         except BadURL:
             return None
         return domain, self.config.rules_for(domain)

@@ -41,6 +41,7 @@ from crawler.frontier.message import CrawlMessage, persistent
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.retry import Delay, Failure, next_delay
 from crawler.frontier.router import PublishFailed, Routed, Router
+from crawler.frontier.scope import Scope
 from crawler.frontier.urls import canonicalise, fingerprint, host_of
 from crawler.monitor import logs
 from crawler.monitor.metrics import Metrics
@@ -128,11 +129,12 @@ class Consumer:
         self._writes = GroupCommit(sink)
         self.seen = SeenStore(redis, names, config.dedup)  # its layout is chosen at start only
         self.quota = PageQuota(redis, names)
+        self.scope = Scope(config)
         self.visitor = Visitor(
             fetcher,
             RateLimiter(redis, names),
             Robots(redis, names, fetcher, config.user_agent),
-            self,
+            self.scope,
             lambda domain: self.config.rules_for(domain),
             config.max_retry_after,
         )
@@ -294,14 +296,6 @@ class Consumer:
             error=failure.error if failure else None,
         )
         await message.ack()
-
-    def canonical(self, url: str, base: str | None = None) -> str:
-        """The canonical form of `url` under the running configuration (the Visitor's Scope)."""
-        return canonicalise(url, base, self.config.dropped_params)
-
-    def scope(self, url: str, host: str | None = None) -> str | None:
-        """The configured domain of a canonical URL; BadURL if it is out of scope."""
-        return self.router.scope(url, host)
 
     async def _store(self, record: PageRecord) -> None:
         await _short_retries(SinkError, lambda: self._writes.store(record))
@@ -536,6 +530,7 @@ class Consumer:
         await declare(self._publisher, topology(config, self.names))
         self.config = config
         self.router.config = config
+        self.scope.config = config
         self._fields.update(fields)
 
         async def set_qos(sub: _Subscription) -> None:

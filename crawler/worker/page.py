@@ -10,7 +10,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from crawler.config import Rules
 from crawler.errors import BadURL, FetchError, Refused, TooManyRedirects
@@ -18,6 +17,7 @@ from crawler.fetch.fetcher import Fetcher, Response
 from crawler.fetch.ratelimit import Budget, RateLimiter
 from crawler.fetch.robots import Robots
 from crawler.frontier.retry import Failure, from_error, from_status, parse_retry_after
+from crawler.frontier.scope import Scope
 from crawler.frontier.urls import fingerprint, host_of
 from crawler.parse.extract import Fields, charset_from_content_type, extract
 from crawler.sink.sql import PageRecord
@@ -47,18 +47,6 @@ class Outcome:
     rate_wait: float = 0.0
     fetched: Fetched | None = None  # None when robots.txt kept the page from being fetched
     redirect: str | None = None  # the canonical target of a redirect, to route like a link
-
-
-class Scope(Protocol):
-    """Where URLs may go: their canonical form, and the configured domain that owns them."""
-
-    def canonical(self, url: str, base: str | None = None) -> str:
-        """The canonical form of `url` (resolved against `base`); BadURL if it cannot be crawled."""
-        ...
-
-    def scope(self, url: str, host: str | None = None) -> str | None:
-        """The configured domain of a canonical URL; BadURL if it is out of scope."""
-        ...
 
 
 def hop_id(url: str) -> str:
@@ -174,7 +162,7 @@ class Visitor:
         error: FetchError | None = None
         try:
             target = self._scope.canonical(location, response.final_url)
-            self._scope.scope(target)
+            self._scope.domain(target)
         except BadURL as exc:
             error = Refused(f"redirect refused: {exc}", status_code=status)
         else:
@@ -191,5 +179,5 @@ class Visitor:
     async def _hop(self, url: str) -> None:
         """Clear one request of a followed chain: in scope, and a token from its own domain's bucket."""
         canonical = self._scope.canonical(url)
-        domain = self._scope.scope(canonical) or host_of(canonical)
+        domain = self._scope.domain(canonical) or host_of(canonical)
         await self._limiter.acquire(domain, lambda: budget(self._rules_of(domain), None))

@@ -1,0 +1,154 @@
+"""robots.txt against real sites on loopback: verdicts, Crawl-delay, the cache shared through Redis,
+and the fetch lock only its holder can release."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from crawler.config import CrawlConfig, Rules, load_config
+from crawler.fetch.fetcher import BoundedFetcher, Response
+from crawler.fetch.robots import Robots
+from crawler.names import Names
+from crawler.worker.wiring import make_fetcher
+from demo.site import Reply, Site, free_port, page, serve
+from tests.support.sites import IPS, write_config
+from tests.support.wait import until
+
+ROBOTS = b"User-agent: *\nDisallow: /private\nCrawl-delay: 2\n"
+
+
+def robots_site(robots: Reply) -> Site:
+    routes = {"/robots.txt": robots, "/": page("home", ["/private/x"]), "/private/x": page("x", [])}
+    return Site("a.test", IPS["a.test"], free_port(IPS["a.test"]), routes)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    site = robots_site(Reply(200, ROBOTS, headers={"Content-Type": "text/plain"}))
+    with serve(site):
+        yield site
+
+
+def config_for(tmp_path: Path, site: Site) -> CrawlConfig:
+    return load_config(write_config(tmp_path / "d.yaml", [site]))
+
+
+def robots(redis: Redis, prefix: str, config: CrawlConfig, fetchers: list[BoundedFetcher]) -> Robots:
+    fetchers.append(make_fetcher(config))
+    return Robots(redis, Names(prefix), fetchers[-1], "crawler-test/1.0")
+
+
+async def anywhere(url: str) -> None:
+    """A hop callback clearing every request at once: no scope, no rate to wait for."""
+
+
+async def test_disallow_and_crawl_delay_give_the_verdicts(
+    tmp_path: Path, site: Site, redis: Redis, prefix: str, fetchers: list[BoundedFetcher]
+) -> None:
+    config = config_for(tmp_path, site)
+    rules = config.rules_for("a.test")
+    r = robots(redis, prefix, config, fetchers)
+    home = await r.check(site.url("/"), rules, anywhere)
+    private = await r.check(site.url("/private/x"), rules, anywhere)
+    assert home.allowed and home.crawl_delay == 2.0 and home.unavailable is None
+    assert not private.allowed and private.unavailable is None
+    assert site.hits("/robots.txt") == 1  # asked once, then answered from the cache
+
+
+async def test_the_cache_is_shared_through_redis(
+    tmp_path: Path, site: Site, redis: Redis, prefix: str, fetchers: list[BoundedFetcher]
+) -> None:
+    config = config_for(tmp_path, site)
+    rules = config.rules_for("a.test")
+    first, second = (
+        robots(redis, prefix, config, fetchers),
+        robots(redis, prefix, config, fetchers),
+    )  # two workers
+    assert (await first.check(site.url("/"), rules, anywhere)).allowed
+    assert not (await second.check(site.url("/private/x"), rules, anywhere)).allowed
+    assert site.hits("/robots.txt") == 1
+    assert await redis.exists(Names(prefix).robots_key(f"http://a.test:{site.port}")) == 1
+
+
+async def test_a_5xx_robots_txt_makes_the_site_unavailable_and_a_404_allows_all(
+    tmp_path: Path, redis: Redis, prefix: str, fetchers: list[BoundedFetcher]
+) -> None:
+    for status, allowed in ((503, False), (404, True)):
+        site = robots_site(Reply(status))
+        with serve(site):
+            config = config_for(tmp_path, site)
+            verdict = await robots(redis, f"{prefix}{status}", config, fetchers).check(
+                site.url("/private/x"), config.rules_for("a.test"), anywhere
+            )
+        assert verdict.allowed is allowed
+        if status == 503:
+            assert verdict.unavailable is not None and "503" in verdict.unavailable
+        else:
+            assert verdict.unavailable is None
+
+
+ORIGIN = "http://robots.test"
+
+
+class Gate:
+    """A fetcher whose robots.txt arrives only when the test opens the gate."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.started = asyncio.Event()
+        self.open = asyncio.Event()
+        self.fetches = 0
+
+    async def fetch(self, url: str, rules: Rules, *, html_only: bool = True) -> Response:
+        self.fetches += 1
+        self.started.set()
+        await self.open.wait()
+        return Response(url, url, 200, httpx.Headers({"content-type": "text/plain"}), self.body)
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+async def _check(robots: Robots, path: str) -> bool:
+    verdict = await robots.check(f"{ORIGIN}{path}", Rules(), anywhere)
+    return verdict.allowed
+
+
+async def test_a_holder_whose_lock_expired_leaves_the_next_holders_lock(redis: Redis, prefix: str) -> None:
+    names = Names(prefix)
+    lock_key = names.robots_lock_key(ORIGIN)
+    slow, fast = Gate(b"User-agent: *\nDisallow: /slow\n"), Gate(b"User-agent: *\nDisallow: /fast\n")
+    first = asyncio.create_task(_check(Robots(redis, names, slow, "crawler", lock_ttl=0.3), "/slow"))
+    await slow.started.wait()
+    await until(lambda: redis.exists(lock_key), lambda n: n == 0, within=10, what="first lock expires")
+
+    second = asyncio.create_task(_check(Robots(redis, names, fast, "crawler"), "/fast"))
+    await fast.started.wait()
+    successor = await redis.get(lock_key)
+    assert successor is not None
+
+    slow.open.set()
+    assert await first is False
+    assert await redis.get(lock_key) == successor, "the expired holder released its successor's lock"
+
+    fast.open.set()
+    assert await second is False
+    assert await redis.exists(lock_key) == 0  # the successor released its own
+    assert (slow.fetches, fast.fetches) == (1, 1)
+
+
+async def test_waiters_take_over_from_a_holder_that_died(redis: Redis, prefix: str) -> None:
+    names = Names(prefix)
+    await redis.set(names.robots_lock_key(ORIGIN), b"a dead worker's token", px=300)
+    gate = Gate(b"User-agent: *\nDisallow: /private\n")
+    gate.open.set()
+    robots = Robots(redis, names, gate, "crawler")
+    verdicts = await asyncio.gather(_check(robots, "/private"), _check(robots, "/public"))
+    assert list(verdicts) == [False, True]
+    assert gate.fetches == 1  # the second waiter read what the first fetched

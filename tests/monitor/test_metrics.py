@@ -1,0 +1,291 @@
+"""The consumer's Prometheus metrics: names, arithmetic, the endpoint, and counts against the sink."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import socket
+from collections import Counter as Tally
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from crawler.config import load_config
+from crawler.errors import ConfigError, ConnectFailed, FetchError, FetchTimeout, Refused, TooLarge
+from crawler.frontier.router import Routed
+from crawler.monitor.metrics import Metrics, error_kind, status_class
+from crawler.sink.sql import migrate
+from crawler.worker import wiring
+from crawler.worker.watching import Monitoring
+from demo.site import Reply, Site, serve
+from tests.support import promtool
+from tests.support.crawls import consumer, finish, seed, stored
+from tests.support.services import settings_for
+from tests.support.sites import reachable, shops, slow, write_config
+from tests.support.wait import until
+
+METRICS_DOC = Path(__file__).parents[2] / "docs" / "metrics.md"
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse(text: str) -> Samples:
+    """Samples of an exposition text, keyed by name and labels."""
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """Sum of the samples called `name` whose labels include `labels`."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+
+def exercised() -> Metrics:
+    """A Metrics with every method called once, so every family has a sample."""
+    m = Metrics()
+    m.observe_fetch("a.test", 0.2, 200, 1000)
+    m.observe_fetch("a.test", 10.0, None, error=FetchTimeout("slow"))
+    m.observe_page("a.test", 200, ok=True)
+    m.observe_skipped("a.test", "max_pages")
+    m.observe_error("a.test", "internal")
+    m.observe_retry("a.test")
+    m.observe_dead("a.test", "exhausted")
+    m.observe_links("a.test", Routed(published=["x", "y"], seen=3, out_of_scope=1, too_deep=1, invalid=1))
+    m.observe_rate_wait("a.test", 0.3)
+    m.add_credits("scraping-api", 2)
+    m.message_started("a.test")
+    m.observe_queue("crawler.domain.a.test", "domain", "a.test", 7, 2)
+    m.beat(1_700_000_000.0)
+    return m
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [(200, "2xx"), (301, "3xx"), (404, "4xx"), (503, "5xx"), (None, "none"), (999, "none")],
+)
+def test_status_class(status: int | None, expected: str) -> None:
+    assert status_class(status) == expected
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "expected"),
+    [
+        (None, 200, None),
+        (None, 302, None),
+        (None, 404, "http_404"),
+        (None, 503, "http_503"),
+        (FetchTimeout("t"), None, "timeout"),
+        (ConnectFailed("c"), None, "connect"),
+        (TooLarge("big", status_code=200), 200, "too_large"),
+        (Refused("r"), None, "refused"),
+        (FetchError("other"), None, "fetch"),
+    ],
+)
+def test_error_kind(error: FetchError | None, status: int | None, expected: str | None) -> None:
+    assert error_kind(error, status) == expected
+
+
+def test_two_metrics_objects_keep_apart() -> None:
+    one, two = Metrics(), Metrics()  # a second registration in a shared registry would raise
+    one.observe_page("a.test", 200, ok=True)
+    assert one.totals("a.test").done == 1
+    assert two.totals("a.test").done == 0
+    assert one.registry is not two.registry
+
+
+def test_links_count_as_routed_dedup_hits_misses_and_drops() -> None:
+    m = exercised()
+    samples = parse(generate_latest(m.registry).decode())
+    assert total(samples, "crawler_links_routed_total", domain="a.test") == 2
+    assert total(samples, "crawler_dedup_misses_total", domain="a.test") == 2
+    assert total(samples, "crawler_dedup_hits_total", domain="a.test") == 3
+    assert total(samples, "crawler_links_dropped_total", domain="a.test") == 3
+    assert total(samples, "crawler_errors_total", kind="timeout") == 1
+    assert total(samples, "crawler_errors_total", kind="internal") == 1
+    assert total(samples, "crawler_fetch_duration_seconds_count", domain="a.test") == 2
+    assert total(samples, "crawler_fetched_bytes_total") == 1000
+    assert total(samples, "crawler_credits_used_total", backend="scraping-api") == 2
+    assert total(samples, "crawler_rate_wait_seconds_count", domain="a.test") == 1
+    totals = m.totals("a.test")
+    assert (totals.done, totals.errors, totals.retries, totals.dead, totals.inflight) == (1, 2, 1, 1, 1)
+    assert totals.queued == 7
+    m.message_done("a.test")
+    assert m.totals("a.test").inflight == 0
+    assert m.totals("b.test").queued is None
+
+
+def test_exported_names_are_what_the_endpoint_shows() -> None:
+    m = exercised()
+    shown = {name for name, _ in parse(generate_latest(m.registry).decode())}
+    assert shown <= m.exported_names()
+    crawler_shown = {n for n in shown if n.startswith("crawler_")}
+    crawler_exported = {n for n in m.exported_names() if n.startswith("crawler_")}
+    assert crawler_shown == crawler_exported
+
+
+def test_metric_names_follow_prometheus_conventions() -> None:
+    result = promtool.run("check", "metrics", stdin=generate_latest(exercised().registry).decode())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not (result.stdout + result.stderr).strip(), result.stdout + result.stderr
+
+
+def test_the_metrics_doc_lists_exactly_the_exported_metrics() -> None:
+    text = METRICS_DOC.read_text()
+    section = text.split("## Every metric", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(crawler_\w+)`", section, re.M))
+    families = {
+        f.name + ("_total" if f.type == "counter" else "")
+        for f in exercised().registry.collect()
+        if f.name.startswith("crawler_")
+    }
+    assert listed == families
+
+
+def page_requests(site: Site) -> list[str]:
+    """Paths the crawler fetched from `site` as pages (robots.txt is not a page)."""
+    return [path for _, path in site.requests if path != "/robots.txt"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_the_endpoint_serves_the_registry_and_refuses_a_taken_port() -> None:
+    m = exercised()
+    server = m.serve(0, "127.0.0.1")
+    try:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            resp = await client.get(f"http://127.0.0.1:{server.port}/metrics")
+        assert resp.status_code == 200
+        assert total(parse(resp.text), "crawler_pages_total", domain="a.test") == 1
+        with pytest.raises(ConfigError, match="--metrics-port"):
+            Metrics().serve(server.port, "127.0.0.1")
+    finally:
+        server.close()
+
+
+async def test_counts_of_a_crawl_match_the_sink_retries_and_dead_letters_included(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    sites = shops(products=8, hosts=["a.test"])
+    sites[0].routes["/flaky"] = Reply(503, b"<html>busy</html>")
+    settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", sites))
+    config = load_config(settings.config_path)
+    metrics = Metrics()
+    with serve(*sites):
+        stats = await wiring.consume(
+            settings,
+            config,
+            burst=True,
+            seeds=[sites[0].url(), sites[0].url("/flaky")],
+            monitoring=Monitoring(metrics=metrics, sample_every=0.2),
+        )
+    samples = parse(generate_latest(metrics.registry).decode())
+    rows = stored(sqlite_url)
+    by_class = Tally(status_class(status) for _, status, _ in rows)
+    assert total(samples, "crawler_pages_total") == len(rows) == len(reachable(sites))
+    for cls, n in by_class.items():
+        assert total(samples, "crawler_pages_total", status_class=cls) == n
+    assert total(samples, "crawler_pages_total", outcome="failed") == sum(1 for r in rows if r[2])
+    # /flaky: three tries (retry_delays has two), two retries, then the dead queue.
+    assert total(samples, "crawler_errors_total", kind="http_503") == 3
+    assert total(samples, "crawler_retries_total") == 2 == stats["a.test"].retried
+    assert total(samples, "crawler_dead_letters_total", reason="exhausted") == 1 == stats["a.test"].dead
+    assert total(samples, "crawler_fetch_duration_seconds_count") == len(page_requests(sites[0]))
+    assert total(samples, "crawler_rate_wait_seconds_count") == len(page_requests(sites[0]))
+    assert total(samples, "crawler_dedup_misses_total") == len(rows) - 2  # all but the two seeds
+    assert total(samples, "crawler_inflight_messages") == 0
+    assert total(samples, "crawler_heartbeat_timestamp_seconds") > 0
+
+
+async def scrape(port: int) -> Samples | None:
+    """The worker's metrics, or None while its endpoint is not up yet."""
+    try:
+        async with httpx.AsyncClient(trust_env=False, timeout=5) as client:
+            resp = await client.get(f"http://127.0.0.1:{port}/metrics")
+    except httpx.TransportError:
+        return None
+    return parse(resp.text) if resp.status_code == 200 else None
+
+
+async def test_scraping_a_worker_during_a_crawl_matches_the_pages_stored(
+    tmp_path: Path, amqp_url: str, prefix: str, database_url: str
+) -> None:
+    sites = shops(products=15)
+    for site in sites:
+        slow(site, 0.01)
+    settings = settings_for(amqp_url, prefix, database_url, write_config(tmp_path / "d.yaml", sites))
+    port = _free_port()
+    expected = reachable(sites)
+    await asyncio.to_thread(migrate, database_url)  # so the test can count rows from the start
+    with serve(*sites):
+        await seed(settings, *(s.url() for s in sites))
+        worker = consumer(
+            settings, "--metrics-port", str(port), "--metrics-addr", "127.0.0.1", "--prefetch", "4"
+        )
+        try:
+
+            async def look() -> tuple[Samples | None, list[tuple[str, int | None, str | None]]]:
+                samples = await scrape(port)
+                rows = await asyncio.to_thread(stored, database_url)  # after the scrape
+                if samples is not None:
+                    # Mid-crawl too: a page is counted once its row is committed, never before.
+                    for site in sites:
+                        counted = total(samples, "crawler_pages_total", domain=site.host)
+                        assert counted <= sum(1 for r in rows if site.host in r[0])
+                return samples, rows
+
+            def drained(seen: tuple[Samples | None, list[tuple[str, int | None, str | None]]]) -> bool:
+                samples, _ = seen
+                return (
+                    samples is not None
+                    and total(samples, "crawler_pages_total") == len(expected)
+                    and total(samples, "crawler_inflight_messages") == 0
+                )
+
+            samples, rows = await until(look, drained, within=90, what="the crawl to finish")
+            assert samples is not None
+            assert sorted(r[0] for r in rows) == sorted(expected)
+            for site in sites:
+                host = site.host
+                ok = sum(1 for r in rows if host in r[0] and r[1] == 200)
+                assert (
+                    total(samples, "crawler_pages_total", domain=host, status_class="2xx", outcome="ok") == ok
+                )
+                assert total(samples, "crawler_pages_total", domain=host, status_class="4xx") == 1
+                assert total(samples, "crawler_errors_total", domain=host, kind="http_404") == 1
+                fetches = len(page_requests(site))
+                assert total(samples, "crawler_fetch_duration_seconds_count", domain=host) == fetches
+                assert total(samples, "crawler_fetched_bytes_total", domain=host) > 0
+            routed = total(samples, "crawler_links_routed_total")
+            assert routed == total(samples, "crawler_dedup_misses_total") == len(expected) - len(sites)
+            assert total(samples, "crawler_dedup_hits_total") > 0
+            # Queue depths are sampled every few seconds: the domain queues end up empty.
+            final = await until(
+                lambda: scrape(port),
+                lambda s: (
+                    s is not None
+                    and all(
+                        total(s, "crawler_queue_messages_ready", kind="domain", domain=site.host) == 0
+                        and total(s, "crawler_queue_consumers", kind="domain", domain=site.host) == 1
+                        for site in sites
+                    )
+                ),
+                within=30,
+                what="sampled queue depths of 0",
+            )
+            assert final is not None and total(final, "crawler_heartbeat_timestamp_seconds") > 0
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(finish, worker)

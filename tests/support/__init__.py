@@ -1,0 +1,1 @@
+"""Test support: the helpers the test modules share (services, sites, waiting, hostile servers)."""
