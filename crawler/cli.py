@@ -24,7 +24,7 @@ from crawler.config import CrawlConfig, load_config, with_dedup_mode
 from crawler.errors import CrawlerError
 from crawler.frontier import dead
 from crawler.monitor import logs
-from crawler.monitor.metrics import Metrics
+from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.monitor.progress import PROGRESS_SAMPLE_EVERY, Progress
 from crawler.monitor.status import render, status, watch
 from crawler.names import HEARTBEAT_TTL
@@ -33,7 +33,6 @@ from crawler.settings import Settings
 from crawler.sink.sql import migrate
 from crawler.worker import wiring
 from crawler.worker.alongside import background
-from crawler.worker.consumer import DomainStats
 from crawler.worker.watching import Monitoring
 
 EXIT_OK = 0

@@ -50,6 +50,16 @@ class Routed:
     over_quota: int = 0
     invalid: int = 0
 
+    def dropped(self) -> dict[str, int]:
+        """The URLs not routed, by reason (the label of crawler_links_dropped_total)."""
+        return {
+            "out_of_scope": self.out_of_scope,
+            "too_deep": self.too_deep,
+            "traps": self.traps,
+            "over_quota": self.over_quota,
+            "invalid": self.invalid,
+        }
+
 
 class _Candidate(NamedTuple):  # not a frozen dataclass: one per link, and its __init__ is 3x slower
     url: str
@@ -62,9 +72,16 @@ class Router:
     """Routes URLs into the frontier exchange with the host as routing key."""
 
     def __init__(
-        self, config: CrawlConfig, exchange: AbstractExchange, seen: SeenStore, quota: PageQuota
+        self,
+        config: CrawlConfig,
+        exchange: AbstractExchange,
+        seen: SeenStore,
+        quota: PageQuota,
+        *,
+        scope: Scope | None = None,
     ) -> None:
-        self.scope = Scope(config)
+        # A Scope shared with the rest of a consumer follows its live configuration edits.
+        self.scope = scope or Scope(config)
         self._publisher = Publisher(exchange)
         self._seen = seen
         self._quota = quota

@@ -6,9 +6,9 @@ use only these.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -84,6 +84,21 @@ class Visited(Protocol):
     def fetched(self) -> _Fetch | None: ...
 
 
+OutcomeKind = Literal["ok", "failed", "dead", "retried", "invalid", "skipped"]
+
+
+@dataclass(frozen=True, slots=True)
+class DomainStats:
+    """What one consumer did for one domain, as its summary prints it (failed includes dead)."""
+
+    ok: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead: int = 0
+    invalid: int = 0
+    skipped: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Totals:
     """One domain's counts so far, as a progress display shows them."""
@@ -147,7 +162,7 @@ class Metrics:
         )
         self.links_dropped = Counter(
             "crawler_links_dropped",
-            "Links not routed: out of scope, too deep or invalid",
+            "Links not routed: out of scope, too deep, traps, over quota or invalid",
             ["domain", "reason"],
             registry=r,
         )
@@ -222,36 +237,35 @@ class Metrics:
         elif outcome.failure is not None and outcome.failure.transient:
             self.observe_error(domain, "robots")  # robots.txt could not be had: try again later
 
-    def observe_skipped(self, domain: str, reason: str) -> None:
-        """A page was not fetched by policy (e.g. "max_pages")."""
-        self.skipped.labels(domain, reason).inc()
+    def observe_outcome(
+        self, domain: str, kind: OutcomeKind, status: int | None = None, reason: str = "max_pages"
+    ) -> None:
+        """A delivery's one final word; the summary, /metrics and the progress display all read it.
 
-    def observe_page(self, domain: str, status: int | None, ok: bool) -> None:
-        """A page reached its final outcome and was stored."""
-        self.pages.labels(domain, status_class(status), "ok" if ok else "failed").inc()
+        ok, failed and dead pages were stored (dead ones also set aside); retried went to a retry
+        tier; invalid messages were set aside unread; skipped ones were not fetched by policy.
+        """
+        if kind in ("ok", "failed", "dead"):
+            self.pages.labels(domain, status_class(status), "ok" if kind == "ok" else "failed").inc()
+        if kind == "dead":
+            self.dead_letters.labels(domain, "exhausted").inc()
+        elif kind == "invalid":
+            self.dead_letters.labels(domain, "invalid").inc()
+        elif kind == "retried":
+            self.retries.labels(domain).inc()
+        elif kind == "skipped":
+            self.skipped.labels(domain, reason).inc()
 
     def observe_error(self, domain: str, kind: str) -> None:
         """A failure that is not a fetch's (e.g. "internal": the broker or database failed)."""
         self.errors.labels(domain, kind).inc()
 
-    def observe_retry(self, domain: str) -> None:
-        """A message went to a retry tier."""
-        self.retries.labels(domain).inc()
-
-    def observe_dead(self, domain: str, reason: str) -> None:
-        """A message was set aside in the dead queue ("exhausted" or "invalid")."""
-        self.dead_letters.labels(domain, reason).inc()
-
     def observe_links(self, domain: str, routed: Routed) -> None:
-        """What became of a page's links: routed, already seen, or dropped."""
+        """What became of a routed batch (a page's links, or its redirect): routed, seen, or dropped."""
         self.links_routed.labels(domain).inc(len(routed.published))
         self.dedup_misses.labels(domain).inc(len(routed.published))
         self.dedup_hits.labels(domain).inc(routed.seen)
-        for reason, n in (
-            ("out_of_scope", routed.out_of_scope),
-            ("too_deep", routed.too_deep),
-            ("invalid", routed.invalid),
-        ):
+        for reason, n in routed.dropped().items():
             if n:
                 self.links_dropped.labels(domain, reason).inc(n)
 
@@ -316,6 +330,27 @@ class Metrics:
                 queued=int(c["queued"]) if "queued" in c else None,
             )
             for domain, c in counts.items()
+        }
+
+    def summary(self, domains: Sequence[str] = ()) -> dict[str, DomainStats]:
+        """Each domain's outcomes so far (every one of `domains`, zeros included), from the same counts."""
+        counts: dict[str, dict[str, float]] = {d: {} for d in domains}
+
+        def add(metric: MetricWrapperBase, key: str, **labels: str) -> None:
+            for s in _samples(metric):
+                if s.name.endswith("_created") or any(s.labels.get(k) != v for k, v in labels.items()):
+                    continue
+                into = counts.setdefault(s.labels.get("domain", ""), {})
+                into[key] = into.get(key, 0.0) + s.value
+
+        add(self.pages, "ok", outcome="ok")
+        add(self.pages, "failed", outcome="failed")
+        add(self.retries, "retried")
+        add(self.dead_letters, "dead", reason="exhausted")
+        add(self.dead_letters, "invalid", reason="invalid")
+        add(self.skipped, "skipped")
+        return {
+            domain: DomainStats(**{k: int(v) for k, v in c.items()}) for domain, c in counts.items() if domain
         }
 
     def pages_done(self) -> int:

@@ -1,6 +1,7 @@
 """The worker: a consumer's loop, one page's visit, and a crawl's parts wired together."""
 
-from crawler.worker.consumer import Consumer, DomainStats
+from crawler.monitor.metrics import DomainStats
+from crawler.worker.consumer import Consumer
 from crawler.worker.page import Outcome, Visitor
 from crawler.worker.watching import Monitoring
 

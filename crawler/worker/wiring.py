@@ -15,14 +15,22 @@ from crawler.config import CrawlConfig, with_dedup_mode
 from crawler.dedup.store import SeenStore
 from crawler.errors import BadURL, ConfigError
 from crawler.fetch.aio import AiohttpFetcher
-from crawler.fetch.fetcher import BoundedFetcher, HttpFetcher
+from crawler.fetch.fetcher import BoundedFetcher, Fetcher, HttpFetcher
+from crawler.fetch.ratelimit import RateLimiter
+from crawler.fetch.robots import Robots
 from crawler.frontier.exchanges import declare, topology, work_queues
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.router import Routed, Router
 from crawler.frontier.urls import canonicalise
+from crawler.monitor.metrics import DomainStats
+from crawler.names import Names
 from crawler.settings import Settings
+from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.sql import Sink, migrate
-from crawler.worker.consumer import Consumer, DomainStats
+from crawler.worker.consumer import Consumer, Parts
+from crawler.worker.live import LiveConfig
+from crawler.worker.page import Visitor
+from crawler.worker.tuning import DEFAULT_TUNING, Tuning
 from crawler.worker.watching import Monitoring, monitored
 
 SEED_CLAIMANT = b"seed"
@@ -52,6 +60,20 @@ async def frontier(
 def make_fetcher(config: CrawlConfig) -> BoundedFetcher:
     """The fetch transport domains.yaml chose."""
     return AiohttpFetcher(config) if config.fetcher == "aiohttp" else HttpFetcher(config)
+
+
+def parts(f: Frontier, names: Names, config: CrawlConfig, sink: Sink, fetcher: Fetcher) -> Parts:
+    """A consumer's parts, each made once: the live configuration, the page visit, dedup, quota, writes."""
+    live = LiveConfig(config)
+    visitor = Visitor(
+        fetcher,
+        RateLimiter(f.redis, names),
+        Robots(f.redis, names, fetcher, config.user_agent),
+        live.scope,
+        live.rules,
+        config.max_retry_after,
+    )
+    return Parts(live, visitor, f.seen, PageQuota(f.redis, names), GroupCommit(sink))
 
 
 def check_domains(config: CrawlConfig, domains: Sequence[str] | None) -> list[str]:
@@ -129,6 +151,7 @@ async def consume(
     role: str = "crawler-consume",
     config_path: str | None = None,
     monitoring: Monitoring | None = None,
+    tuning: Tuning = DEFAULT_TUNING,
 ) -> dict[str, DomainStats]:
     """Consume the chosen domains' queues (after routing `seeds`) until stopped or drained.
 
@@ -156,12 +179,9 @@ async def consume(
             return await stack.enter_async_context(connections.broker(settings.amqp_url, role))
 
         consumer = Consumer(
-            config,
+            parts(f, settings.names, config, sink, fetcher),
             settings.names,
             f.connection,
-            f.redis,
-            sink,
-            fetcher,
             chosen if domains else None,
             label=connections.process_label(role),
             prefetch=prefetch,
@@ -171,13 +191,14 @@ async def consume(
             metrics=monitoring.metrics,
             publishing=publishing,
             connect=connect,
+            tuning=tuning,
         )
         await consumer.seen.check()  # a fleet whose processes disagree on dedup would crawl twice
         await stack.enter_async_context(monitored(monitoring, consumer, f.redis, role=role))
         if canonical_seeds:
             await _seed(f, settings, config, canonical_seeds, None)
         await consumer.run()
-        return consumer.stats
+        return consumer.summary()
 
 
 async def reset(settings: Settings, config: CrawlConfig) -> None:

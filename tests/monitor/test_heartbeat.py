@@ -25,8 +25,8 @@ def heartbeat(redis: Redis, prefix: str, ttl: float, metrics: Metrics | None = N
 
 async def test_a_beat_shows_the_worker_live_with_what_it_did(redis: Redis, prefix: str) -> None:
     metrics = Metrics()
-    metrics.observe_page("a.test", 200, ok=True)
-    metrics.observe_page("b.test", 404, ok=False)
+    metrics.observe_outcome("a.test", "ok", 200)
+    metrics.observe_outcome("b.test", "failed", 404)
     beat = heartbeat(redis, prefix, 30, metrics)
     await beat.beat()
     [found] = await workers(redis, Names(prefix))
@@ -80,7 +80,7 @@ async def test_run_beats_until_cancelled_then_removes_the_worker(redis: Redis, p
     task = asyncio.create_task(beat.run())
     # Pages done since the previous beat show up in the next one.
     await until(lambda: workers(redis, Names(prefix)), lambda f: len(f) == 1, within=10, what="a beat")
-    metrics.observe_page("a.test", 200, ok=True)
+    metrics.observe_outcome("a.test", "ok", 200)
     await until(
         lambda: workers(redis, Names(prefix)),
         lambda f: len(f) == 1 and f[0].worker.pages == 1 and f[0].state == "live",

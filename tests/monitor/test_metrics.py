@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import signal
 import socket
@@ -17,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from crawler.config import load_config
 from crawler.errors import ConfigError, ConnectFailed, FetchError, FetchTimeout, Refused, TooLarge
 from crawler.frontier.router import Routed
-from crawler.monitor.metrics import Metrics, error_kind, status_class
+from crawler.monitor.metrics import DomainStats, Metrics, error_kind, status_class
 from crawler.sink.sql import migrate
 from crawler.worker import wiring
 from crawler.worker.watching import Monitoring
@@ -53,12 +54,15 @@ def exercised() -> Metrics:
     m = Metrics()
     m.observe_fetch("a.test", 0.2, 200, 1000)
     m.observe_fetch("a.test", 10.0, None, error=FetchTimeout("slow"))
-    m.observe_page("a.test", 200, ok=True)
-    m.observe_skipped("a.test", "max_pages")
+    m.observe_outcome("a.test", "ok", 200)
+    m.observe_outcome("a.test", "skipped")
     m.observe_error("a.test", "internal")
-    m.observe_retry("a.test")
-    m.observe_dead("a.test", "exhausted")
-    m.observe_links("a.test", Routed(published=["x", "y"], seen=3, out_of_scope=1, too_deep=1, invalid=1))
+    m.observe_outcome("a.test", "retried")
+    m.observe_outcome("a.test", "dead", 503)
+    m.observe_links(
+        "a.test",
+        Routed(published=["x", "y"], seen=3, out_of_scope=1, too_deep=1, traps=2, over_quota=4, invalid=1),
+    )
     m.observe_rate_wait("a.test", 0.3)
     m.add_credits("scraping-api", 2)
     m.message_started("a.test")
@@ -95,7 +99,7 @@ def test_error_kind(error: FetchError | None, status: int | None, expected: str 
 
 def test_two_metrics_objects_keep_apart() -> None:
     one, two = Metrics(), Metrics()  # a second registration in a shared registry would raise
-    one.observe_page("a.test", 200, ok=True)
+    one.observe_outcome("a.test", "ok", 200)
     assert one.totals("a.test").done == 1
     assert two.totals("a.test").done == 0
     assert one.registry is not two.registry
@@ -107,7 +111,7 @@ def test_links_count_as_routed_dedup_hits_misses_and_drops() -> None:
     assert total(samples, "crawler_links_routed_total", domain="a.test") == 2
     assert total(samples, "crawler_dedup_misses_total", domain="a.test") == 2
     assert total(samples, "crawler_dedup_hits_total", domain="a.test") == 3
-    assert total(samples, "crawler_links_dropped_total", domain="a.test") == 3
+    assert total(samples, "crawler_links_dropped_total", domain="a.test") == 9
     assert total(samples, "crawler_errors_total", kind="timeout") == 1
     assert total(samples, "crawler_errors_total", kind="internal") == 1
     assert total(samples, "crawler_fetch_duration_seconds_count", domain="a.test") == 2
@@ -115,11 +119,40 @@ def test_links_count_as_routed_dedup_hits_misses_and_drops() -> None:
     assert total(samples, "crawler_credits_used_total", backend="scraping-api") == 2
     assert total(samples, "crawler_rate_wait_seconds_count", domain="a.test") == 1
     totals = m.totals("a.test")
-    assert (totals.done, totals.errors, totals.retries, totals.dead, totals.inflight) == (1, 2, 1, 1, 1)
+    assert (totals.done, totals.errors, totals.retries, totals.dead, totals.inflight) == (2, 2, 1, 1, 1)
     assert totals.queued == 7
     m.message_done("a.test")
     assert m.totals("a.test").inflight == 0
     assert m.totals("b.test").queued is None
+
+
+def test_every_reason_a_batch_drops_links_reaches_the_metric() -> None:
+    reasons = [f.name for f in dataclasses.fields(Routed) if f.name not in ("published", "seen")]
+    assert sorted(Routed().dropped()) == sorted(reasons)  # a reason added to Routed must be counted
+    for n, reason in enumerate(reasons, 1):
+        m = Metrics(process=False)
+        m.observe_links("a.test", Routed(**{reason: n}))  # type: ignore[arg-type]
+        samples = parse(generate_latest(m.registry).decode())
+        assert total(samples, "crawler_links_dropped_total", domain="a.test", reason=reason) == n, reason
+        assert total(samples, "crawler_links_dropped_total") == n
+
+
+def test_the_summary_and_the_progress_read_the_same_one_count_per_outcome() -> None:
+    m = Metrics(process=False)
+    for kind, status in [("ok", 200), ("ok", 200), ("failed", 404), ("dead", 503), ("retried", None)]:
+        m.observe_outcome("a.test", kind, status)  # type: ignore[arg-type]
+    m.observe_outcome("a.test", "invalid")
+    m.observe_outcome("a.test", "skipped")
+    assert m.summary(["a.test", "b.test"]) == {
+        "a.test": DomainStats(ok=2, failed=2, retried=1, dead=1, invalid=1, skipped=1),
+        "b.test": DomainStats(),
+    }
+    totals = m.totals("a.test")
+    assert (totals.done, totals.failed, totals.retries, totals.dead) == (4, 2, 1, 2)
+    samples = parse(generate_latest(m.registry).decode())
+    assert total(samples, "crawler_pages_total", domain="a.test") == 4
+    assert total(samples, "crawler_pages_total", domain="a.test", outcome="failed", status_class="5xx") == 1
+    assert total(samples, "crawler_dead_letters_total", domain="a.test", reason="invalid") == 1
 
 
 def test_exported_names_are_what_the_endpoint_shows() -> None:
@@ -168,7 +201,9 @@ async def test_the_endpoint_serves_the_registry_and_refuses_a_taken_port() -> No
         async with httpx.AsyncClient(trust_env=False) as client:
             resp = await client.get(f"http://127.0.0.1:{server.port}/metrics")
         assert resp.status_code == 200
-        assert total(parse(resp.text), "crawler_pages_total", domain="a.test") == 1
+        assert (
+            total(parse(resp.text), "crawler_pages_total", domain="a.test") == 2
+        )  # the ok page and the dead one
         with pytest.raises(ConfigError, match="--metrics-port"):
             Metrics().serve(server.port, "127.0.0.1")
     finally:

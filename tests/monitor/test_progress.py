@@ -25,8 +25,8 @@ class _Terminal(io.StringIO):
 def busy_metrics() -> Metrics:
     m = Metrics()
     for _ in range(3):
-        m.observe_page("a.test", 200, ok=True)
-    m.observe_page("a.test", 404, ok=False)
+        m.observe_outcome("a.test", "ok", 200)
+    m.observe_outcome("a.test", "failed", 404)
     m.observe_fetch("a.test", 0.1, 404)
     m.observe_queue("crawler.domain.a.test", "domain", "a.test", 17, 1)
     m.message_started("a.test")
@@ -41,7 +41,7 @@ def test_rows_and_the_recent_rate() -> None:
     assert first.rate == 0.0  # one look is no rate yet
     assert (other.done, other.queued) == (0, None)
     for _ in range(10):
-        m.observe_page("a.test", 200, ok=True)
+        m.observe_outcome("a.test", "ok", 200)
     first, _ = progress.rows(now=102.0)
     assert first.rate == pytest.approx(5.0)  # 10 pages in 2 s
     first, _ = progress.rows(now=120.0)  # nothing for a while: the window slides past the burst

@@ -21,8 +21,10 @@ from crawler.config import load_config
 from crawler.errors import CrawlerError, SinkError
 from crawler.names import HEADER_REASON, Names
 from crawler.sink.sql import Sink
-from crawler.worker import consumer as consumer_module
 from crawler.worker import wiring
+from crawler.worker.concurrency import short_retries
+from crawler.worker.consumer import Consumer
+from crawler.worker.tuning import Tuning
 from demo.site import Site, free_port, page, serve
 from tests.support.crawls import consumer, finish, seed, stored
 from tests.support.services import crawler_command, env_for, settings_for
@@ -208,8 +210,7 @@ async def test_edits_of_domains_yaml_reach_a_running_consumer(
     assert "configuration reloaded" in log.read_text()
 
 
-async def test_a_failing_store_or_publish_is_tried_three_times(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(consumer_module, "SHORT_RETRY_WAIT", 0.001)
+async def test_a_failing_store_or_publish_is_tried_three_times() -> None:
     calls: list[int] = []
 
     def failing(times: int) -> Callable[[], Awaitable[str]]:
@@ -221,15 +222,15 @@ async def test_a_failing_store_or_publish_is_tried_three_times(monkeypatch: pyte
 
         return call
 
-    assert await consumer_module._short_retries(SinkError, failing(2)) == "stored"
+    assert await short_retries(SinkError, failing(2), 0.001) == "stored"
     assert len(calls) == 3
     calls.clear()
     with pytest.raises(SinkError):
-        await consumer_module._short_retries(SinkError, failing(3))
+        await short_retries(SinkError, failing(3), 0.001)
     assert len(calls) == 3
     calls.clear()
     with pytest.raises(SinkError):  # not the kind it retries: raised at once
-        await consumer_module._short_retries(ValueError, failing(1))
+        await short_retries(ValueError, failing(1), 0.001)
     assert len(calls) == 1
 
 
@@ -252,20 +253,23 @@ async def test_one_consumer_serves_hundreds_of_domain_queues_over_several_connec
     amqp_url: str,
     prefix: str,
     sqlite_url: str,
-    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.setattr(consumer_module, "CHANNELS_PER_CONNECTION", 64)  # 200 queues: 4 connections
-    monkeypatch.setattr(consumer_module, "MAX_PREFETCHED", 400)  # 2 a queue, not the configured 4
+    # 200 queues on 4 connections, and 2 prefetched a queue, not the configured 4.
+    tuning = Tuning(channels_per_connection=64, max_prefetched=400)
     site, config = many_domains(200)
     path = tmp_path / "d.yaml"
     path.write_text(yaml.safe_dump(config))
     settings = settings_for(amqp_url, prefix, sqlite_url, path)
     domains = sorted(load_config(path).domains)
-    caplog.set_level(logging.INFO, logger="crawler.worker.consumer")
+    caplog.set_level(logging.INFO, logger="crawler.worker.subscriptions")
     with serve(site):
         stats = await wiring.consume(
-            settings, load_config(path), burst=True, seeds=[f"http://{d}:{site.port}/" for d in domains]
+            settings,
+            load_config(path),
+            burst=True,
+            seeds=[f"http://{d}:{site.port}/" for d in domains],
+            tuning=tuning,
         )
     expected = {f"http://{d}:{site.port}{p}" for d in domains for p in ("/", "/p1")}
     rows = stored(sqlite_url)
@@ -286,9 +290,8 @@ async def test_one_consumer_serves_hundreds_of_domain_queues_over_several_connec
 
 
 async def test_more_domains_than_a_connection_takes_are_a_clear_error_without_more_connections(
-    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
 ) -> None:
-    monkeypatch.setattr(consumer_module, "CHANNELS_PER_CONNECTION", 2)
     _, config = many_domains(3)
     path = tmp_path / "d.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -298,8 +301,15 @@ async def test_more_domains_than_a_connection_takes_are_a_clear_error_without_mo
     fetcher = wiring.make_fetcher(loaded)
     try:
         async with wiring.frontier(settings, "test") as f:
-            worker = consumer_module.Consumer(
-                loaded, settings.names, f.connection, f.redis, sink, fetcher, None, label="test", burst=True
+            parts = wiring.parts(f, settings.names, loaded, sink, fetcher)
+            worker = Consumer(
+                parts,
+                settings.names,
+                f.connection,
+                None,
+                label="test",
+                burst=True,
+                tuning=Tuning(channels_per_connection=2),
             )
             with pytest.raises(CrawlerError, match="room for 2 more; give this consumer fewer domains"):
                 await worker.run()

@@ -1,0 +1,41 @@
+"""The running configuration and what is compiled from it: an edit of domains.yaml swaps them together."""
+
+from __future__ import annotations
+
+from crawler.config import CrawlConfig, Rules
+from crawler.frontier.scope import Scope
+from crawler.parse.extract import Fields, compile_fields
+
+
+class LiveConfig:
+    """What every part of a consumer reads the configuration through, so a reload reaches them all."""
+
+    def __init__(self, config: CrawlConfig) -> None:
+        self.scope = Scope(config)
+        self._fields = _compiled(config)
+
+    @property
+    def config(self) -> CrawlConfig:
+        """The configuration in force."""
+        return self.scope.config
+
+    def rules(self, domain: str | None) -> Rules:
+        """The rules in force for `domain` (the defaults for a host of no configured domain)."""
+        return self.scope.config.rules_for(domain)
+
+    def fields(self, domain: str) -> Fields:
+        """The domain's compiled extraction fields."""
+        fields = self._fields.get(domain)
+        if fields is None:
+            fields = self._fields[domain] = compile_fields(self.rules(domain).extract)
+        return fields
+
+    def swap(self, config: CrawlConfig) -> None:
+        """Put `config` in force; what is compiled from it is compiled first: a failure changes nothing."""
+        fields = _compiled(config)
+        self.scope.config = config
+        self._fields = fields
+
+
+def _compiled(config: CrawlConfig) -> dict[str, Fields]:
+    return {d: compile_fields(config.rules_for(d).extract) for d in config.domains}

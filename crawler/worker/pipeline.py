@@ -1,0 +1,167 @@
+"""One delivery, top to bottom: read it, visit its page, then retry it, or store, route and ack.
+
+A message is acked only once its row is committed and its links (or its redirect) are confirmed, so
+a worker killed at any instant loses nothing: the broker delivers the message again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from aio_pika.abc import AbstractIncomingMessage
+
+from crawler.errors import BadURL, InvalidMessage, SinkError
+from crawler.frontier.message import CrawlMessage
+from crawler.frontier.quota import PageQuota
+from crawler.frontier.retry import Delay, Failure, next_delay
+from crawler.frontier.router import PublishFailed, Router
+from crawler.frontier.urls import fingerprint, host_of
+from crawler.monitor import logs
+from crawler.monitor.metrics import Metrics, OutcomeKind
+from crawler.sink.groupcommit import GroupCommit
+from crawler.sink.sql import PageRecord
+from crawler.worker.concurrency import short_retries
+from crawler.worker.live import LiveConfig
+from crawler.worker.page import Outcome, Visitor, hop_id
+from crawler.worker.parking import Parking, attempts_of
+
+log = logging.getLogger(__name__)
+pages_log = logging.getLogger("crawler.pages")  # one line per page outcome: verbose
+
+
+class Pipeline:
+    """Handles each delivery of a consumer's queues; never raises for what a site or a message does."""
+
+    def __init__(
+        self,
+        live: LiveConfig,
+        visitor: Visitor,
+        quota: PageQuota,
+        router: Router,
+        writes: GroupCommit,
+        parking: Parking,
+        metrics: Metrics,
+        *,
+        short_retry_wait: float,
+    ) -> None:
+        self._live = live
+        self._visitor = visitor
+        self._quota = quota
+        self._router = router
+        self._writes = writes
+        self._parking = parking
+        self._metrics = metrics
+        self._wait = short_retry_wait
+
+    async def handle(self, domain: str, message: AbstractIncomingMessage) -> None:
+        """Bring one delivery to its outcome and ack it (or leave it to the broker to deliver again)."""
+        try:
+            await self._process(domain, message)
+        except Exception as exc:
+            # Infrastructure trouble (broker, database) after the fetch: wait a tier and try again.
+            log.warning("%s: %r; will retry", domain, exc)
+            self._metrics.observe_error(domain, "internal")
+            await self._park_or_return(message, domain, Failure("transient", f"{exc}"))
+
+    async def _process(self, domain: str, message: AbstractIncomingMessage) -> None:
+        attempts = attempts_of(message) + 1
+        try:
+            crawl, url = self._read(domain, message)
+        except (InvalidMessage, BadURL) as exc:
+            log.warning("%s: invalid message set aside: %s", domain, exc)
+            await self._parking.dead(message, domain, attempts, Failure("invalid", str(exc)))
+            return await self._done(message, domain, "invalid")
+        rules = self._live.rules(domain)
+        # A page counts against max_pages once, on its first try.
+        if attempts == 1 and not await self._quota.take(domain, rules.max_pages):
+            pages_log.info("%s %s: skipped, max_pages %d reached", domain, url, rules.max_pages)
+            return await self._done(message, domain, "skipped")
+        record = PageRecord(url=url, domain=domain, depth=crawl.depth, attempts=attempts)
+        outcome = await self._visitor.visit(record, rules, self._live.fields(domain), crawl.via)
+        self._metrics.observe_visit(domain, outcome)
+        failure = outcome.failure
+        delay = self._delay(domain, attempts, failure)
+        if failure is not None and delay is not None:
+            await self._parking.retry(message, domain, attempts, delay, failure)
+            self._log("retry", outcome, crawl, attempts, delay=round(delay.seconds, 1))
+            return await self._done(message, domain, "retried")
+        await short_retries(SinkError, lambda: self._writes.store(outcome.record), self._wait)
+        if outcome.links:
+            await self._route(domain, outcome.links, crawl.depth + 1, url)
+        if outcome.redirect is not None:
+            # Routed like a link at the page's own depth: the target's domain queue, rate, robots.txt
+            # and dedup claim apply to it as to any request; a target already seen is not fetched.
+            await self._route(domain, [outcome.redirect], crawl.depth, url, (*crawl.via, hop_id(url)))
+        if failure is not None and failure.transient:
+            await self._parking.dead(message, domain, attempts, failure)
+        kind: OutcomeKind = "ok" if failure is None else "dead" if failure.transient else "failed"
+        self._log(kind, outcome, crawl, attempts, links=len(outcome.links))
+        await self._done(message, domain, kind, outcome.record.status_code)
+
+    def _read(self, domain: str, message: AbstractIncomingMessage) -> tuple[CrawlMessage, str]:
+        """The message and its canonical URL; InvalidMessage or BadURL if it cannot be crawled here."""
+        crawl = CrawlMessage.decode(message.body)
+        url = self._live.scope.canonical(crawl.url)
+        if self._live.config.domain_of(host_of(url)) != domain:
+            raise InvalidMessage(f"{url} does not belong to domain {domain}")
+        return crawl, url
+
+    def _delay(self, domain: str, attempts: int, failure: Failure | None) -> Delay | None:
+        """When a transient failure is tried again; None when it is not transient or out of tries."""
+        if failure is None or not failure.transient:
+            return None
+        config = self._live.config
+        return next_delay(
+            self._live.rules(domain).retry_delays,
+            attempts,
+            config.retry_tiers,
+            failure.retry_after,
+            config.max_retry_after,
+        )
+
+    async def _route(
+        self, domain: str, urls: Sequence[str], depth: int, parent: str, via: tuple[str, ...] = ()
+    ) -> None:
+        claimant = fingerprint(parent)
+        routed = await short_retries(
+            PublishFailed,
+            lambda: self._router.route(urls, depth=depth, claimant=claimant, via=via),
+            self._wait,
+        )
+        self._metrics.observe_links(domain, routed)
+
+    async def _done(
+        self, message: AbstractIncomingMessage, domain: str, kind: OutcomeKind, status: int | None = None
+    ) -> None:
+        self._metrics.observe_outcome(domain, kind, status)
+        await message.ack()
+
+    async def _park_or_return(self, message: AbstractIncomingMessage, domain: str, failure: Failure) -> None:
+        # Our own trouble, not the site's: wait the longest delay, however often it happens.
+        tier = self._live.rules(domain).retry_delays[-1]
+        try:
+            await self._parking.retry(message, domain, attempts_of(message), Delay(tier, tier), failure)
+            await self._done(message, domain, "retried")
+        except Exception as exc:
+            log.warning("%s: cannot park the message (%r); the broker will deliver it again", domain, exc)
+            try:
+                await message.nack(requeue=True)
+            except Exception as nack_failed:  # the channel is gone: the broker redelivers anyway
+                log.debug("%s: nack failed too (%r)", domain, nack_failed)
+
+    def _log(self, kind: str, outcome: Outcome, crawl: CrawlMessage, attempts: int, **fields: Any) -> None:
+        record, failure = outcome.record, outcome.failure
+        logs.outcome(
+            pages_log,
+            kind,
+            url=record.url,
+            domain=record.domain,
+            status=failure.status_code if kind == "retry" and failure else record.status_code,
+            seconds=outcome.fetched.seconds if outcome.fetched else 0.0,
+            attempt=attempts,
+            depth=crawl.depth,
+            error=failure.error if failure else None,
+            **fields,
+        )

@@ -1,0 +1,39 @@
+"""How a consumer process ends: the first SIGTERM or SIGINT drains, a second exits at once; SIGHUP reloads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable, Iterator
+
+log = logging.getLogger(__name__)
+
+EXIT_ABORTED = 3  # a second signal: exit at once, unacked messages go back to their queues
+
+
+@contextlib.contextmanager
+def drain_on_signals(stop: Callable[[], None], reload: Callable[[], None], grace: float) -> Iterator[None]:
+    """For the block: SIGTERM/SIGINT call `stop` (a second one exits now), SIGHUP calls `reload`."""
+    loop = asyncio.get_running_loop()
+    received = 0
+
+    def on_stop(sig: signal.Signals) -> None:
+        nonlocal received
+        received += 1
+        if received > 1:
+            log.warning("second %s: exiting now; unacked messages return to their queues", sig.name)
+            os._exit(EXIT_ABORTED)
+        log.info("%s: finishing in-flight messages (up to %.0fs); again to exit now", sig.name, grace)
+        stop()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_stop, sig)
+    loop.add_signal_handler(signal.SIGHUP, reload)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)

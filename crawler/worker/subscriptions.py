@@ -1,0 +1,168 @@
+"""A consumer's subscriptions: a channel per domain queue, spread over as many connections as needed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
+
+from crawler.errors import CrawlerError
+from crawler.frontier.exchanges import domain_queue
+from crawler.monitor import logs
+from crawler.names import Names
+from crawler.worker.concurrency import at_once
+from crawler.worker.tuning import Tuning
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[str, AbstractIncomingMessage], Awaitable[None]]
+"""What handles one delivery of a domain's queue."""
+
+
+@dataclass(slots=True)
+class _Subscription:
+    domain: str
+    connection: AbstractRobustConnection
+    channel: AbstractChannel
+    queue: AbstractQueue
+    tag: str
+
+
+class Subscriptions:
+    """Subscribes domain queues, sets their prefetch, and cancels and closes them again."""
+
+    def __init__(
+        self,
+        names: Names,
+        connection: AbstractRobustConnection,
+        connect: Callable[[], Awaitable[AbstractRobustConnection]] | None,
+        handler: Handler,
+        prefetch_of: Callable[[str], int],
+        *,
+        label: str,
+        tuning: Tuning,
+    ) -> None:
+        self._names = names
+        # Domain channels beyond what `connection` takes go on connections `connect` opens (and
+        # closes, when its caller is done): without it, that many domains are an error.
+        self._connections = [connection]
+        self._connect = connect
+        self._handler = handler
+        self._prefetch_of = prefetch_of
+        self._label = label
+        self._tuning = tuning
+        self._subs: list[_Subscription] = []
+        # Work waits until the first queues are all subscribed: their pages would otherwise hold up
+        # the other subscriptions (each round trip waits its turn in a busy loop).
+        self._ready = asyncio.Event()
+
+    async def add(self, domains: Sequence[str], declared_in: float = 0.0) -> None:
+        """Consume `domains`' queues, opening connections as their channels need."""
+        started = time.monotonic()
+        connections = await self._channel_slots(len(domains))
+        await at_once(self._subscribe, zip(domains, connections, strict=True), self._tuning.at_once)
+        self._ready.set()
+        seconds = time.monotonic() - started
+        prefetch = max((self._prefetch_of(d) for d in domains), default=0)
+        log.info(
+            "consuming %s on %d connection(s), prefetch up to %d per queue: subscribed in %.2fs",
+            _listed(domains),
+            len({id(s.connection) for s in self._subs}),
+            prefetch,
+            seconds,
+            extra={
+                logs.FIELDS: {
+                    "queues": len(domains),
+                    "prefetch": prefetch,
+                    "subscribed_seconds": round(seconds, 3),
+                    "declared_seconds": round(declared_in, 3),
+                }
+            },
+        )
+
+    async def refresh_prefetch(self, domains: Sequence[str]) -> None:
+        """Set each subscribed queue of `domains` to its prefetch as configured now."""
+        wanted = set(domains)
+
+        async def set_qos(sub: _Subscription) -> None:
+            await sub.channel.set_qos(prefetch_count=self._prefetch_of(sub.domain))
+
+        await at_once(set_qos, [s for s in self._subs if s.domain in wanted], self._tuning.at_once)
+
+    async def cancel(self) -> None:
+        """Stop new deliveries; what is delivered stays until `close`."""
+
+        async def cancel(sub: _Subscription) -> None:
+            with contextlib.suppress(Exception):
+                await sub.queue.cancel(sub.tag)
+
+        await at_once(cancel, self._subs, self._tuning.at_once)
+
+    async def close(self) -> None:
+        """Close every channel: anything delivered but not acked returns to its queue."""
+
+        async def close(sub: _Subscription) -> None:
+            with contextlib.suppress(Exception):
+                await sub.channel.close()
+
+        await at_once(close, self._subs, self._tuning.at_once)
+        self._subs.clear()
+
+    async def _subscribe(self, where: tuple[str, AbstractRobustConnection]) -> None:
+        domain, connection = where
+        # A channel per queue: prefetch is really per queue, and one queue's error stays there.
+        channel = await connection.channel(publisher_confirms=False)
+        await channel.set_qos(prefetch_count=self._prefetch_of(domain))
+        # Declared (not just looked up) so the robust channel re-declares it and restores the
+        # consumer after a reconnect.
+        spec = domain_queue(self._names, domain)
+        queue = await channel.declare_queue(spec.name, durable=True, arguments=dict(spec.arguments))
+        tag = f"{self._label} {domain}".replace(" ", ".")
+
+        async def callback(message: AbstractIncomingMessage) -> None:
+            await self._ready.wait()
+            await self._handler(domain, message)
+
+        await queue.consume(callback, consumer_tag=tag)
+        self._subs.append(_Subscription(domain, connection, channel, queue, tag))
+
+    def _room(self, connection: AbstractRobustConnection) -> int:
+        """How many more domain channels `connection` may carry."""
+        transport = connection.transport
+        negotiated = transport.connection.connection_tune.channel_max if transport is not None else 0
+        most = min(
+            self._tuning.channels_per_connection, (negotiated or 65535) - self._tuning.channels_kept_free
+        )
+        return max(0, most - sum(1 for s in self._subs if s.connection is connection))
+
+    async def _channel_slots(self, count: int) -> list[AbstractRobustConnection]:
+        """A connection for each of `count` new domain channels, opening connections as needed."""
+        slots: list[AbstractRobustConnection] = []
+        for connection in self._connections:
+            slots += [connection] * min(self._room(connection), count - len(slots))
+        while len(slots) < count:
+            if self._connect is None:
+                raise CrawlerError(
+                    f"{count} domain queues need a channel each, but the RabbitMQ connection has room "
+                    f"for {len(slots)} more; give this consumer fewer domains (--domains) and run "
+                    "another for the rest"
+                )
+            connection = await self._connect()
+            self._connections.append(connection)
+            room = self._room(connection)
+            if room == 0:
+                raise CrawlerError("RabbitMQ allows no channels on a new connection; check its channel_max")
+            slots += [connection] * min(room, count - len(slots))
+        return slots
+
+
+def _listed(domains: Sequence[str], most: int = 10) -> str:
+    """Domains for a log line: every one if few, else the first few and how many more."""
+    if len(domains) <= most:
+        return ", ".join(domains)
+    return f"{', '.join(domains[:most])} and {len(domains) - most} more ({len(domains)} domain queues)"
