@@ -19,10 +19,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__)
     parser.add_argument("--port", type=int, default=PORT)
     parser.add_argument("--products", type=int, default=PRODUCTS)
+    # In a container (deploy/compose.yaml) each shop runs alone, reached by its name on the network.
+    parser.add_argument("--host", choices=sorted(HOSTS), action="append", help="serve only this shop")
+    parser.add_argument("--bind", help="address to serve on instead of each shop's loopback one")
     args = parser.parse_args()
     sites = [
-        shop(host, ip, args.port, args.products, [h for h in HOSTS if h != host])
+        shop(host, args.bind or ip, args.port, args.products, [h for h in HOSTS if h != host])
         for host, ip in HOSTS.items()
+        if not args.host or host in args.host
     ]
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

@@ -6,7 +6,8 @@ use only these.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -16,6 +17,7 @@ from prometheus_client import (
     Gauge,
     Histogram,
     ProcessCollector,
+    make_wsgi_app,
     start_http_server,
 )
 from prometheus_client.metrics import MetricWrapperBase
@@ -31,6 +33,7 @@ from crawler.errors import (
 )
 from crawler.frontier.retry import Failure
 from crawler.frontier.router import Routed
+from crawler.names import HEARTBEAT_TTL
 from crawler.sink.sql import PageRecord
 
 FETCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -200,6 +203,11 @@ class Metrics:
             ["queue", "kind", "domain"],
             registry=r,
         )
+        self.frontier_ready = Gauge(
+            "crawler_frontier_messages_ready",
+            "Messages ready in the domain queues this worker samples, summed (take max across workers)",
+            registry=r,
+        )
         self.heartbeat = Gauge(
             "crawler_heartbeat_timestamp_seconds",
             "Unix time of this worker's last heartbeat",
@@ -290,6 +298,10 @@ class Metrics:
         self.queue_ready.labels(queue, kind, domain).set(ready)
         self.queue_consumers.labels(queue, kind, domain).set(consumers)
 
+    def observe_frontier(self, ready: int) -> None:
+        """The sum of the sampled domain queues' ready messages: one series an autoscaler can read."""
+        self.frontier_ready.set(ready)
+
     def beat(self, when: float) -> None:
         """The worker's heartbeat at Unix time `when`."""
         self.heartbeat.set(when)
@@ -353,6 +365,14 @@ class Metrics:
             domain: DomainStats(**{k: int(v) for k, v in c.items()}) for domain, c in counts.items() if domain
         }
 
+    def health(self, max_age: float = HEARTBEAT_TTL, now: float | None = None) -> tuple[bool, str]:
+        """Whether the last heartbeat is at most `max_age` seconds old, and a line saying so."""
+        beat = _sum(self.heartbeat)
+        if beat <= 0:
+            return False, "no heartbeat yet"
+        age = (time.time() if now is None else now) - beat
+        return age <= max_age, f"last heartbeat {age:.1f}s ago (limit {max_age:g}s)"
+
     def pages_done(self) -> int:
         """Pages this worker brought to a final outcome, every domain together."""
         return int(_sum(self.pages))
@@ -371,8 +391,11 @@ class Metrics:
 
     # -- serving ----------------------------------------------------------------------------------
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> MetricsServer:
-        """Serve /metrics on `addr`:`port` from a thread (so a busy event loop still answers)."""
+    def serve(self, port: int, addr: str = "0.0.0.0", max_beat_age: float = HEARTBEAT_TTL) -> MetricsServer:
+        """Serve /metrics, and /healthz (200 while the heartbeat is fresh, else 503), from a thread.
+
+        From a thread, so a stuck event loop still answers: /healthz then reports the stale beat.
+        """
         try:
             server, thread = start_http_server(port, addr, registry=self.registry)
         except OSError as exc:
@@ -380,6 +403,8 @@ class Metrics:
                 f"cannot serve metrics on {addr}:{port} ({exc.strerror or exc}); "
                 "choose another --metrics-port"
             ) from None
+        # prometheus-client picks the address family and a quiet handler; only the app is ours.
+        server.set_app(_with_healthz(make_wsgi_app(self.registry), lambda: self.health(max_beat_age)))
         return MetricsServer(server, thread)
 
 
@@ -401,6 +426,21 @@ class MetricsServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+def _with_healthz(app: Any, health: Callable[[], tuple[bool, str]]) -> Any:
+    """A WSGI app answering /healthz from `health` and everything else from `app`."""
+
+    def wrapped(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") != "/healthz":
+            return app(environ, start_response)
+        ok, line = health()
+        start_response(
+            "200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8")]
+        )
+        return [f"{'ok' if ok else 'unhealthy'}: {line}\n".encode()]
+
+    return wrapped
 
 
 def _samples(metric: MetricWrapperBase) -> Iterable[Any]:

@@ -79,13 +79,17 @@ class QueueSampler:
             finally:
                 await setup.close()
             self._channel = await self.connection.channel()
+        frontier = 0
         for queue in sampled_queues(config, self.names, self.domains()):
             # robust=False: a robust channel answers a repeated passive declare from its cache.
             declared = await self._channel.declare_queue(queue.name, passive=True, robust=False)
             result = declared.declaration_result
-            self.metrics.observe_queue(
-                queue.name, queue.kind, queue.domain, result.message_count or 0, result.consumer_count or 0
-            )
+            ready, consumers = result.message_count or 0, result.consumer_count or 0
+            self.metrics.observe_queue(queue.name, queue.kind, queue.domain, ready, consumers)
+            if queue.kind == "domain":
+                frontier += ready
+        # Set once per whole sample, so a scaler never reads a half-summed frontier.
+        self.metrics.observe_frontier(frontier)
 
     async def run(self) -> None:
         """Sample every `every` seconds until cancelled."""

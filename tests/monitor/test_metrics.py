@@ -7,6 +7,7 @@ import dataclasses
 import re
 import signal
 import socket
+import time
 from collections import Counter as Tally
 from pathlib import Path
 
@@ -180,6 +181,38 @@ def test_the_metrics_doc_lists_exactly_the_exported_metrics() -> None:
         if f.name.startswith("crawler_")
     }
     assert listed == families
+
+
+def test_health_is_the_age_of_the_last_heartbeat() -> None:
+    m = Metrics(process=False)
+    assert m.health(30, now=1000.0) == (False, "no heartbeat yet")
+    m.beat(990.0)
+    assert m.health(30, now=1000.0)[0]
+    assert not m.health(5, now=1000.0)[0]
+
+
+async def test_healthz_answers_503_until_the_worker_beats_then_200_while_fresh() -> None:
+    m = Metrics(process=False)
+    server = m.serve(0, "127.0.0.1", max_beat_age=30)
+    url = f"http://127.0.0.1:{server.port}"
+    try:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            assert (await client.get(f"{url}/healthz")).status_code == 503
+            m.beat(time.time())
+            resp = await client.get(f"{url}/healthz")
+            assert resp.status_code == 200, resp.text
+            assert resp.text.startswith("ok: last heartbeat")
+            m.beat(time.time() - 60)  # a stuck event loop stops beating; the server thread still answers
+            assert (await client.get(f"{url}/healthz")).status_code == 503
+            assert (await client.get(f"{url}/metrics")).status_code == 200
+    finally:
+        server.close()
+
+
+def test_the_frontier_gauge_holds_the_summed_depth() -> None:
+    m = Metrics(process=False)
+    m.observe_frontier(12)
+    assert m.registry.get_sample_value("crawler_frontier_messages_ready") == 12
 
 
 def page_requests(site: Site) -> list[str]:

@@ -50,6 +50,8 @@ async def test_queue_depths_reach_the_metrics(tmp_path: Path, amqp_url: str, pre
         await sampler.sample()
         assert metrics.registry.get_sample_value("crawler_queue_messages_ready", labels) == 3
         assert metrics.registry.get_sample_value("crawler_queue_consumers", labels) == 0
+        # The domain queues summed (one here; the shared queues are not counted).
+        assert metrics.registry.get_sample_value("crawler_frontier_messages_ready") == 3
     finally:
         await sampler._close()
         await connection.close()

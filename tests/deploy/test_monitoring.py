@@ -14,7 +14,7 @@ import yaml
 from crawler.monitor.metrics import Metrics
 from tests.support import promtool
 
-DEPLOY = Path(__file__).parent.parent / "deploy"
+DEPLOY = Path(__file__).parents[2] / "deploy"
 PROMETHEUS = DEPLOY / "prometheus"
 DASHBOARDS = sorted((DEPLOY / "grafana").glob("*.json"))
 # Series Prometheus makes itself, not the crawler.
@@ -146,3 +146,9 @@ def test_each_alert_fires_in_its_promtool_unit_test() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     tested = set(re.findall(r"alertname: (\w+)", (PROMETHEUS / "alerts.test.yml").read_text()))
     assert tested == {rule["alert"] for rule in _rules()}
+
+
+def test_promtool_checks_the_compose_scrape_config() -> None:
+    result = promtool.run("check", "config", "compose.yml", cwd=PROMETHEUS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "WARNING" not in result.stdout + result.stderr, result.stdout + result.stderr
