@@ -15,6 +15,7 @@ HEADER_DOMAIN = "crawler-domain"
 HEADER_CONSUMER = "crawler-consumer"
 HEADER_TIME = "crawler-time"
 HEADER_RETRY_TIER = "crawler-retry-tier"
+HEADER_CREDITS = "crawler-credits"  # credits the page's earlier attempts were charged
 
 # Redis TTLs, in seconds.
 ROBOTS_TTL = 3600  # a robots.txt fetched (or answered 4xx) is trusted this long
@@ -105,6 +106,10 @@ class Names:
         """Redis counter of pages fetched from a domain in this crawl (for max_pages)."""
         return f"{self.prefix}:pages:{domain}"
 
+    def credits_key(self, domain: str) -> str:
+        """Redis float counter of fetch-service credits a domain spent in this crawl (max_credits)."""
+        return f"{self.prefix}:credits:{domain}"
+
     def robots_key(self, origin: str) -> str:
         """Redis string caching one origin's robots.txt."""
         return f"{self.prefix}:robots:{origin}"
@@ -116,7 +121,13 @@ class Names:
     @property
     def progress_patterns(self) -> tuple[str, ...]:
         """Key patterns of a crawl's progress, which a reset forgets (robots.txt stays cached)."""
-        return (self.seen_key, f"{self.prefix}:seen:*", f"{self.prefix}:pages:*", f"{self.prefix}:rate:*")
+        return (
+            self.seen_key,
+            f"{self.prefix}:seen:*",
+            f"{self.prefix}:pages:*",
+            f"{self.prefix}:credits:*",
+            f"{self.prefix}:rate:*",
+        )
 
     def worker_key(self, worker: str) -> str:
         """Redis string of one live worker's heartbeat; it expires when the worker stops beating."""

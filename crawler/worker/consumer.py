@@ -32,7 +32,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 from crawler import names as hdr
 from crawler.config import CrawlConfig, load_config
 from crawler.dedup.store import SeenStore
-from crawler.errors import BadURL, ConfigError, CrawlerError, InvalidMessage, SinkError
+from crawler.errors import BackendHalt, BadURL, ConfigError, CrawlerError, InvalidMessage, SinkError
 from crawler.fetch.fetcher import Fetcher
 from crawler.fetch.ratelimit import RateLimiter
 from crawler.fetch.robots import Robots
@@ -49,6 +49,7 @@ from crawler.names import Names, delay_label
 from crawler.parse.extract import Fields, compile_fields
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.sql import PageRecord, Sink
+from crawler.worker.cost import Cost
 from crawler.worker.page import Visitor, hop_id
 
 T = TypeVar("T")
@@ -116,6 +117,7 @@ class Consumer:
         metrics: Metrics | None = None,
         publishing: AbstractRobustConnection | None = None,
         connect: Callable[[], Awaitable[AbstractRobustConnection]] | None = None,
+        backend: str = "gateway",
     ) -> None:
         self.config = config
         self.names = names
@@ -147,6 +149,8 @@ class Consumer:
         self.grace = grace
         self.config_path = config_path
         self.metrics = metrics or Metrics()
+        self.cost = Cost(redis, names, self.metrics, backend)
+        self.halted: dict[str, str] = {}  # domain -> why the fetch service stopped it
         self.stats = {d: DomainStats() for d in self.domains}
         self._fields: dict[str, Fields] = {
             d: compile_fields(config.rules_for(d).extract) for d in self.domains
@@ -201,6 +205,8 @@ class Consumer:
         self.metrics.message_started(domain)
         try:
             await self._process(domain, message)
+        except BackendHalt as exc:
+            await self._halt(domain, message, exc)
         except Exception as exc:
             # Infrastructure trouble (broker, database) after the fetch: wait a tier and try again.
             log.warning("%s: %r; will retry", domain, exc)
@@ -234,8 +240,15 @@ class Consumer:
             pages_log.info("%s %s: skipped, max_pages %d reached", domain, url, rules.max_pages)
             await message.ack()
             return
+        if not await self.cost.allows(domain, rules):
+            self.stats[domain].skipped += 1
+            self.metrics.observe_skipped(domain, "max_credits")
+            pages_log.info("%s %s: skipped, max_credits %g reached", domain, url, rules.max_credits or 0)
+            await message.ack()
+            return
         record = PageRecord(url=url, domain=domain, depth=crawl.depth, attempts=attempts)
         outcome = await self.visitor.visit(record, rules, self._fields[domain], crawl.via)
+        outcome = await self.cost.charge(domain, outcome, message)
         self.metrics.observe_visit(domain, outcome)
         seconds = outcome.fetched.seconds if outcome.fetched else 0.0
         failure = outcome.failure
@@ -307,6 +320,36 @@ class Consumer:
         return await _short_retries(
             PublishFailed, lambda: self.router.route(links, depth=depth, claimant=claimant, via=via)
         )
+
+    async def _halt(self, domain: str, message: AbstractIncomingMessage, exc: BackendHalt) -> None:
+        """The fetch service refuses the domain: its message goes back, its queue is let go.
+
+        Nothing is set aside: the pages are fine, the key or the budget is not. A paused domain
+        (budget) is taken up again after `exc.pause` seconds; a rejected key waits for a restart.
+        """
+        await message.nack(requeue=True)
+        if domain in self.halted:
+            return
+        self.halted[domain] = str(exc)
+        pause = f"paused for {exc.pause:g}s" if exc.pause else "stopped until this worker is restarted"
+        log.error("%s: %s; its messages stay in the queue, %s", domain, exc, pause)
+        subs = [s for s in self._subs if s.domain == domain]
+        for sub in subs:
+            self._subs.remove(sub)
+            with contextlib.suppress(Exception):
+                await sub.queue.cancel(sub.tag)
+        if exc.pause:
+            asyncio.get_running_loop().call_later(exc.pause, self._resume, domain)
+
+    def _resume(self, domain: str) -> None:
+        """Take a paused domain's queue up again (its budget may have been raised)."""
+        if self.halted.pop(domain, None) is not None and not self._stop.is_set():
+            log.info("%s: taking its messages again after a pause", domain)
+            self._resuming = asyncio.ensure_future(self._subscribe([domain]))
+
+    def _active(self) -> list[str]:
+        """The domains this consumer serves, less those the fetch service halted."""
+        return [d for d in self.domains if d not in self.halted]
 
     # -- the failure paths ------------------------------------------------------------------------
 
@@ -460,7 +503,7 @@ class Consumer:
         """True if any work queue holds a message: asked of the broker itself, probes at once."""
         # Retry tiers first: while their messages wait out a delay, they are what is not empty, and
         # the sweep stops at the first queue that is not.
-        names = work_queues(self.config, self.names, self.domains)
+        names = work_queues(self.config, self.names, self._active())
         tiers = len(self.config.retry_tiers)
         pending = iter([*names[-tiers:], *names[:-tiers]] if tiers else names)
         found = False
@@ -498,7 +541,7 @@ class Consumer:
                 if not await self._pending(probes):
                     return
                 idle = 0
-                await self._subscribe(self.domains)
+                await self._subscribe(self._active())
         finally:
             for probe in probes:
                 with contextlib.suppress(Exception):

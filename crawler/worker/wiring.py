@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -15,7 +16,8 @@ from crawler.config import CrawlConfig, with_dedup_mode
 from crawler.dedup.store import SeenStore
 from crawler.errors import BadURL, ConfigError
 from crawler.fetch.aio import AiohttpFetcher
-from crawler.fetch.fetcher import BoundedFetcher, HttpFetcher
+from crawler.fetch.api import ENV_URL, ApiEndpoint, ApiFetcher, RoutingFetcher
+from crawler.fetch.fetcher import BoundedFetcher, Fetcher, HttpFetcher
 from crawler.frontier.exchanges import declare, topology, work_queues
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.router import Routed, Router
@@ -52,6 +54,19 @@ async def frontier(
 def make_fetcher(config: CrawlConfig) -> BoundedFetcher:
     """The fetch transport domains.yaml chose."""
     return AiohttpFetcher(config) if config.fetcher == "aiohttp" else HttpFetcher(config)
+
+
+def make_fetchers(config: CrawlConfig, env: Mapping[str, str] | None = None) -> tuple[Fetcher, str]:
+    """The worker's fetcher (direct, plus the fetch service if any domain uses `fetch: api` or
+    CRAWLER_FETCH_API_URL is set) and the name its credits count under."""
+    env = os.environ if env is None else env
+    wanted = config.defaults.uses_api or any(r.uses_api for r in config.rules.values())
+    endpoint = ApiEndpoint.from_env(env) if wanted or env.get(ENV_URL) else None
+    direct = make_fetcher(config)
+    if endpoint is None:
+        return direct, "gateway"
+    api = ApiFetcher(config, endpoint)
+    return RoutingFetcher(direct, api), api.backend
 
 
 def check_domains(config: CrawlConfig, domains: Sequence[str] | None) -> list[str]:
@@ -148,7 +163,7 @@ async def consume(
         )
         sink = Sink(settings.database_url)
         stack.callback(sink.close)
-        fetcher = make_fetcher(config)
+        fetcher, backend = make_fetchers(config)
         stack.push_async_callback(fetcher.aclose)
 
         async def connect() -> AbstractRobustConnection:
@@ -171,6 +186,7 @@ async def consume(
             metrics=monitoring.metrics,
             publishing=publishing,
             connect=connect,
+            backend=backend,
         )
         await consumer.seen.check()  # a fleet whose processes disagree on dedup would crawl twice
         await stack.enter_async_context(monitored(monitoring, consumer, f.redis, role=role))
