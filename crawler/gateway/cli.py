@@ -28,7 +28,7 @@ log = logging.getLogger("crawler.gateway")
 
 def _listen(value: str) -> tuple[str, int]:
     host, _, port = value.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
         raise argparse.ArgumentTypeError(f"{value!r}: write HOST:PORT, e.g. 127.0.0.1:8900")
     return host.strip("[]"), int(port)
 
