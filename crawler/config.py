@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from cssselect import GenericTranslator, SelectorError
@@ -59,6 +60,37 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class FetchSpec(_Strict):
+    """How a page is fetched: `direct` from this machine, or `api` through the fetch service.
+
+    Written as `fetch: direct`, `fetch: api` or a mapping with the api options.
+    """
+
+    via: Literal["direct", "api"] = "direct"
+    country: Annotated[str, Field(pattern=r"^[A-Za-z]{2}$")] | None = None  # the exit's country (ISO)
+    premium: bool = False  # premium (residential) exits: dearer
+    session: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None  # sticky exit id
+    render_js: bool = False  # a browser renders the page: dearer still
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return {"via": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _api_options(self) -> FetchSpec:
+        if self.via == "direct" and (self.country or self.premium or self.session or self.render_js):
+            raise ValueError("country, premium, session and render_js need `via: api`")
+        return self
+
+
+class FetchRule(_Strict):
+    """URLs whose path and query match `match` (a regular expression) are fetched as `fetch` says."""
+
+    match: Annotated[str, AfterValidator(_check_pattern)]
+    fetch: FetchSpec
+
+
 class Rules(_Strict):
     """Crawl rules of one domain; every field may be set in `defaults` or per domain."""
 
@@ -79,6 +111,24 @@ class Rules(_Strict):
     max_path_repeats: int = Field(2, ge=1, le=100)
     priorities: tuple[PriorityRule, ...] = ()
     extract: Selectors = Field(default_factory=dict)
+    fetch: FetchSpec = Field(default_factory=FetchSpec)
+    fetch_rules: tuple[FetchRule, ...] = ()
+    max_credits: float | None = Field(None, gt=0)  # fetch-service credits per domain per crawl
+
+    def fetch_for(self, url: str) -> FetchSpec:
+        """How `url` is fetched: the first fetch rule found in its path and query, else `fetch`."""
+        if self.fetch_rules:
+            parts = urlsplit(url)
+            target = parts.path + ("?" + parts.query if parts.query else "")
+            for rule in self.fetch_rules:
+                if re.search(rule.match, target):
+                    return rule.fetch
+        return self.fetch
+
+    @property
+    def uses_api(self) -> bool:
+        """True if any of the domain's pages may go through the fetch service."""
+        return self.fetch.via == "api" or any(r.fetch.via == "api" for r in self.fetch_rules)
 
 
 class DomainRules(_Strict):
@@ -101,6 +151,9 @@ class DomainRules(_Strict):
     max_path_repeats: int | None = Field(None, ge=1, le=100)
     priorities: tuple[PriorityRule, ...] | None = None
     extract: Selectors | None = None
+    fetch: FetchSpec | None = None
+    fetch_rules: tuple[FetchRule, ...] | None = None
+    max_credits: float | None = Field(None, gt=0)
 
 
 def _valid_domain(name: str) -> str:
@@ -151,6 +204,8 @@ class CrawlConfig(_Strict):
     user_agent: str = Field("crawler/0.1 (+https://github.com/crawler/crawler)", min_length=1)
     max_retry_after: float = Field(300.0, gt=0, le=86_400)
     fetcher: Literal["aiohttp", "httpx"] = "aiohttp"
+    # The conventions `fetch: api` speaks: our envelope (crawler-gateway) or a paid provider's.
+    api_profile: Literal["envelope", "scrapingbee"] = "envelope"
     dedup: DedupConfig = Field(default_factory=DedupConfig)
     domains: dict[str, DomainRules] = Field(default_factory=dict)
 

@@ -69,5 +69,37 @@ class Refused(FetchError):
     transient = False
 
 
+class FetchBackendError(FetchError):
+    """The fetch service (our gateway or a paid API) failed, not the target: its own error."""
+
+
+class BackendUnavailable(FetchBackendError):
+    """The fetch service answered 5xx, timed out or could not be reached: try again later."""
+
+
+class BackendBusy(FetchBackendError):
+    """The fetch service refused for its concurrency limit (429): the backend backs off, not the domain."""
+
+
+class BackendHalt(FetchBackendError):
+    """The fetch service will not serve this domain until a person acts: stop taking its messages.
+
+    `pause` is how long to stop (None: until restarted); the message goes back to its queue.
+    """
+
+    transient = True
+    pause: float | None = None
+
+
+class BackendKeyRejected(BackendHalt):
+    """The fetch service refused the API key (401/403): fix CRAWLER_FETCH_API_KEY."""
+
+
+class BackendBudgetExhausted(BackendHalt):
+    """The fetch service's budget or credits are used up (402): the domain pauses."""
+
+    pause = 300.0
+
+
 class SinkError(CrawlerError):
     """A write to the database failed."""

@@ -15,6 +15,7 @@ HEADER_DOMAIN = "crawler-domain"
 HEADER_CONSUMER = "crawler-consumer"
 HEADER_TIME = "crawler-time"
 HEADER_RETRY_TIER = "crawler-retry-tier"
+HEADER_CREDITS = "crawler-credits"  # credits the page's earlier attempts were charged
 
 # Redis TTLs, in seconds.
 ROBOTS_TTL = 3600  # a robots.txt fetched (or answered 4xx) is trusted this long
@@ -27,6 +28,10 @@ MAX_PRIORITY = 9
 # A worker's heartbeat key lives this long unless renewed; it is renewed every third of it, so a
 # worker must miss three beats in a row before it shows as gone.
 HEARTBEAT_TTL = 30.0
+# crawler-gateway: an exit's request counts as in flight at most this long past its deadline (a
+# replica killed mid-request leaves its count to expire), and a sticky session's default life.
+GW_INFLIGHT_GRACE = 30.0
+GW_SESSION_TTL = 600.0
 # A worker that went silent stays listed (as gone) this long, so a person notices it.
 GONE_KEPT = 24 * 3600.0
 
@@ -105,6 +110,10 @@ class Names:
         """Redis counter of pages fetched from a domain in this crawl (for max_pages)."""
         return f"{self.prefix}:pages:{domain}"
 
+    def credits_key(self, domain: str) -> str:
+        """Redis float counter of fetch-service credits a domain spent in this crawl (max_credits)."""
+        return f"{self.prefix}:credits:{domain}"
+
     def robots_key(self, origin: str) -> str:
         """Redis string caching one origin's robots.txt."""
         return f"{self.prefix}:robots:{origin}"
@@ -113,10 +122,58 @@ class Names:
         """Redis lock held by the worker fetching an origin's robots.txt."""
         return f"{self.prefix}:robots-lock:{origin}"
 
+    # -- crawler-gateway: every replica shares these, so the fleet acts as one --------------------
+
+    def gw_inflight_key(self, exit_id: str) -> str:
+        """Redis sorted set of an exit's requests in flight (member: request id, score: expiry ms)."""
+        return f"{self.prefix}:gw:inflight:{exit_id}"
+
+    def gw_last_key(self, exit_id: str, domain: str) -> str:
+        """Redis string: when (ms) an exit last sent a request to a domain, for min_interval."""
+        return f"{self.prefix}:gw:last:{exit_id}:{domain}"
+
+    def gw_cool_key(self, exit_id: str, domain: str) -> str:
+        """Redis string whose TTL is an (exit, domain) pair's cooldown after a ban."""
+        return f"{self.prefix}:gw:cool:{exit_id}:{domain}"
+
+    def gw_strikes_key(self, exit_id: str, domain: str) -> str:
+        """Redis counter of bans in a row of an (exit, domain) pair: the cooldown's exponent."""
+        return f"{self.prefix}:gw:strikes:{exit_id}:{domain}"
+
+    def gw_fails_key(self, exit_id: str) -> str:
+        """Redis counter of an exit's proxy failures in a row, whatever the domain."""
+        return f"{self.prefix}:gw:fails:{exit_id}"
+
+    def gw_dead_key(self, exit_id: str) -> str:
+        """Redis string, present while an exit is dead; its TTL is when it is probed again."""
+        return f"{self.prefix}:gw:dead:{exit_id}"
+
+    def gw_deaths_key(self, exit_id: str) -> str:
+        """Redis counter of an exit's deaths in a row: how long it stays dead doubles with it."""
+        return f"{self.prefix}:gw:deaths:{exit_id}"
+
+    def gw_sticky_key(self, session: str) -> str:
+        """Redis string: the exit a session id sticks to, for session_ttl."""
+        return f"{self.prefix}:gw:sticky:{session}"
+
+    def gw_key_inflight_key(self, key_id: str) -> str:
+        """Redis sorted set of an API key's requests in flight, for its max_concurrency."""
+        return f"{self.prefix}:gw:keyflight:{key_id}"
+
+    def gw_credits_key(self, key_id: str) -> str:
+        """Redis float counter of the credits an API key was charged (its ledger)."""
+        return f"{self.prefix}:gw:credits:{key_id}"
+
     @property
     def progress_patterns(self) -> tuple[str, ...]:
         """Key patterns of a crawl's progress, which a reset forgets (robots.txt stays cached)."""
-        return (self.seen_key, f"{self.prefix}:seen:*", f"{self.prefix}:pages:*", f"{self.prefix}:rate:*")
+        return (
+            self.seen_key,
+            f"{self.prefix}:seen:*",
+            f"{self.prefix}:pages:*",
+            f"{self.prefix}:credits:*",
+            f"{self.prefix}:rate:*",
+        )
 
     def worker_key(self, worker: str) -> str:
         """Redis string of one live worker's heartbeat; it expires when the worker stops beating."""

@@ -42,6 +42,8 @@ class Response:
     status_code: int
     headers: httpx.Headers
     body: bytes
+    credits: float = 0.0  # what a fetch service charged for this answer (direct: nothing)
+    exit_id: str | None = None  # the fetch service's exit (proxy) that carried it, by id
 
     @property
     def content_type(self) -> str | None:

@@ -15,7 +15,7 @@ from redis.asyncio.lock import Lock
 from redis.exceptions import LockError
 
 from crawler.config import Rules
-from crawler.errors import FetchError
+from crawler.errors import BackendHalt, FetchError
 from crawler.fetch.fetcher import Fetcher, Hop, follow
 from crawler.names import ROBOTS_ERROR_TTL, ROBOTS_LOCK_TTL, ROBOTS_TTL, Names
 
@@ -107,6 +107,8 @@ class Robots:
         try:
             # RFC 9309: follow at least five redirects; each hop is paced like any request.
             response = await follow(self._fetcher, f"{origin}/robots.txt", robots_rules, hop, html_only=False)
+        except BackendHalt:
+            raise  # the fetch service refuses us: the domain halts, robots.txt is not to blame
         except FetchError as exc:
             if exc.transient:
                 return json.dumps(

@@ -42,3 +42,33 @@ class PageQuota:
             for domain, count in zip(stale, counts, strict=True):
                 self._counts[domain] = (now, int(count or 0))
         return {d for d in domains if self._counts[d][1] >= max_pages[d]}
+
+
+class CreditQuota:
+    """Counts fetch-service credits per domain in Redis, fleet-wide, held against max_credits.
+
+    Checked before a fetch and added after it: the crawl stops within the credits of the fetches
+    already in flight when the limit was reached.
+    """
+
+    def __init__(self, redis: Redis, names: Names) -> None:
+        self._redis = redis
+        self._names = names
+
+    async def allows(self, domain: str, max_credits: float | None) -> bool:
+        """False once the domain has spent `max_credits` (None: no limit, no round trip)."""
+        if max_credits is None:
+            return True
+        spent = await self._redis.get(self._names.credits_key(domain))
+        return float(spent or 0) < max_credits
+
+    async def add(self, domain: str, credits: float) -> float:
+        """Count `credits` against the domain; its total so far."""
+        return float(await self._redis.incrbyfloat(self._names.credits_key(domain), credits))
+
+    async def spent(self, domains: list[str]) -> dict[str, float]:
+        """Credits each of `domains` spent in this crawl."""
+        if not domains:
+            return {}
+        values = await self._redis.mget([self._names.credits_key(d) for d in domains])
+        return {d: float(v or 0) for d, v in zip(domains, values, strict=True)}

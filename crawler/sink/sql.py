@@ -18,6 +18,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     DateTime,
+    Float,
     Integer,
     MetaData,
     String,
@@ -39,6 +40,7 @@ from crawler.errors import ConfigError, ServiceUnavailable, SinkError
 # other processes are kept apart by the database lock taken in migrations/env.py.
 _MIGRATING = threading.Lock()
 CONTENT_TYPE_LENGTH = 255
+EXIT_ID_LENGTH = 64
 # How long a SQLite connection waits for another process's lock before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -62,6 +64,8 @@ class PageRecord:
     title: str | None = None
     data: dict[str, str | None] | None = None
     fetched_at: datetime = field(default_factory=_utcnow)
+    credits: float = 0.0  # what the fetch service charged for the last attempt (direct: 0)
+    exit_id: str | None = None  # the fetch service's exit that carried it, by id (never its URL)
 
     def __post_init__(self) -> None:
         # SQLite drops the offset when storing, so a naive or non-UTC time would be stored wrong.
@@ -100,6 +104,8 @@ class Page(Base):
     data: Mapped[dict[str, str | None] | None] = mapped_column(JSON)
     fetched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     attempts: Mapped[int] = mapped_column(Integer)
+    credits: Mapped[float] = mapped_column(Float, server_default="0")
+    exit_id: Mapped[str | None] = mapped_column(String(EXIT_ID_LENGTH))
 
 
 def engine_url(database_url: str) -> URL:
@@ -190,6 +196,8 @@ def _record_row(record: PageRecord) -> dict[str, Any]:
         "data": data,
         "fetched_at": record.fetched_at.astimezone(UTC),
         "attempts": record.attempts,
+        "credits": record.credits,
+        "exit_id": _text(record.exit_id, EXIT_ID_LENGTH),
     }
 
 
@@ -238,6 +246,16 @@ class Sink:
         except DBAPIError as exc:
             raise SinkError(f"counting pages in {self._redacted} failed: {_first_line(exc)}") from exc
         return {domain: (ok, failed) for domain, ok, failed in rows}
+
+    def credits(self) -> dict[str, float]:
+        """Per domain, the credits its pages' last attempts were charged."""
+        stmt = select(Page.domain, func.coalesce(func.sum(Page.credits), 0.0))
+        try:
+            with self._engine.connect() as conn:
+                rows = conn.execute(stmt.group_by(Page.domain)).all()
+        except DBAPIError as exc:
+            raise SinkError(f"summing credits in {self._redacted} failed: {_first_line(exc)}") from exc
+        return {domain: float(total) for domain, total in rows}
 
     def counts_since(self, since: datetime) -> dict[str, int]:
         """Per domain, the number of pages fetched at or after `since` (timezone-aware)."""

@@ -17,12 +17,14 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, Abstrac
 
 from crawler.config import CrawlConfig
 from crawler.dedup.store import SeenStore
+from crawler.errors import BackendHalt
 from crawler.frontier.exchanges import declare, topology, work_queues
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.router import Router
 from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import Names
 from crawler.sink.groupcommit import GroupCommit
+from crawler.worker.cost import Cost
 from crawler.worker.drain import Drain
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import Visitor
@@ -46,6 +48,7 @@ class Parts:
     visitor: Visitor
     seen: SeenStore
     quota: PageQuota
+    cost: Cost
     writes: GroupCommit
 
 
@@ -93,6 +96,8 @@ class Consumer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._stop = asyncio.Event()
+        self.halted: dict[str, str] = {}  # domain -> why the fetch service stopped it
+        self._resuming: set[asyncio.Task[None]] = set()
 
     @property
     def config(self) -> CrawlConfig:
@@ -125,6 +130,7 @@ class Consumer:
                 self.live,
                 parts.visitor,
                 parts.quota,
+                parts.cost,
                 router,
                 parts.writes,
                 Parking(retry, dead, self.label),
@@ -168,11 +174,44 @@ class Consumer:
         self.metrics.message_started(domain)
         try:
             await self._pipeline.handle(domain, message)
+        except BackendHalt as exc:
+            await self._halt(domain, message, exc)
         finally:
             self.metrics.message_done(domain)
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
+
+    async def _halt(self, domain: str, message: AbstractIncomingMessage, exc: BackendHalt) -> None:
+        """The fetch service refuses the domain: its message goes back, its queue is let go.
+
+        Nothing is set aside: the pages are fine, the key or the budget is not. A paused domain
+        (budget) is taken up again after `exc.pause` seconds; a rejected key waits for a restart.
+        """
+        try:
+            await message.nack(requeue=True)
+        except Exception as nack_failed:  # the channel is gone: the broker returns it all the same
+            log.debug("%s: nack failed (%r)", domain, nack_failed)
+        if domain in self.halted:
+            return
+        self.halted[domain] = str(exc)
+        pause = f"paused for {exc.pause:g}s" if exc.pause else "stopped until this worker is restarted"
+        log.error("%s: %s; its messages stay in the queue, %s", domain, exc, pause)
+        await self.subscriptions.remove(domain)
+        if exc.pause:
+            asyncio.get_running_loop().call_later(exc.pause, self._resume, domain)
+
+    def _resume(self, domain: str) -> None:
+        """Take a paused domain's queue up again (its budget may have been raised)."""
+        if self.halted.pop(domain, None) is not None and not self._stop.is_set():
+            log.info("%s: taking its messages again after a pause", domain)
+            task = asyncio.ensure_future(self.subscriptions.add([domain]))
+            self._resuming.add(task)
+            task.add_done_callback(self._resuming.discard)
+
+    def _active(self) -> list[str]:
+        """The domains this consumer serves, less those the fetch service halted."""
+        return [d for d in self.domains if d not in self.halted]
 
     def _prefetch(self, domain: str) -> int:
         """The domain queue's prefetch: as configured, unless this consumer's share is smaller."""
@@ -193,12 +232,12 @@ class Consumer:
     async def _until_drained(self) -> None:
         drain = Drain(
             self.connection,
-            lambda: work_queues(self.config, self.names, self.domains),
+            lambda: work_queues(self.config, self.names, self._active()),
             lambda: len(self.config.retry_tiers),
             self.tuning,
         )
 
         async def resume() -> None:
-            await self.subscriptions.add(self.domains)
+            await self.subscriptions.add(self._active())
 
         await drain.wait(self._stop, lambda: self._inflight == 0, self._unsubscribe, resume)

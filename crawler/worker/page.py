@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from crawler.config import Rules
-from crawler.errors import BadURL, FetchError, Refused, TooManyRedirects
+from crawler.errors import BackendHalt, BadURL, FetchError, Refused, TooManyRedirects
 from crawler.fetch.fetcher import Fetcher, Response
 from crawler.fetch.ratelimit import Budget, RateLimiter
 from crawler.fetch.robots import Robots
@@ -85,6 +85,9 @@ class Visitor:
     ) -> Outcome:
         """Visit `record.url` under the domain's `rules`; never raises for what the site does.
 
+        BackendHalt (the fetch service refuses the key, or its budget is spent) is raised: the
+        domain stops, the page is not the site's failure.
+
         `via` is the redirect chain that led here (`hop_id`s), for max_redirects and loops.
         """
         domain, url = record.domain, record.url
@@ -103,6 +106,8 @@ class Visitor:
         started = time.monotonic()
         try:
             response = await self._fetcher.fetch(url, rules)
+        except BackendHalt:
+            raise
         except FetchError as exc:
             failure = from_error(exc)
             fetched = Fetched(time.monotonic() - started, 0, exc)
@@ -114,6 +119,7 @@ class Visitor:
                 fetched,
             )
         fetched = Fetched(time.monotonic() - started, len(response.body))
+        record = replace(record, credits=response.credits, exit_id=response.exit_id)
         if response.status_code in PUSHBACK:
             pause = parse_retry_after(response.headers.get("retry-after")) or 0.0
             allowance = budget(self._rules_of(domain), crawl_delay)

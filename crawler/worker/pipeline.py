@@ -12,7 +12,7 @@ from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
 
-from crawler.errors import BadURL, InvalidMessage, SinkError
+from crawler.errors import BackendHalt, BadURL, InvalidMessage, SinkError
 from crawler.frontier.message import CrawlMessage
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.retry import Delay, Failure, next_delay
@@ -23,6 +23,7 @@ from crawler.monitor.metrics import Metrics, OutcomeKind
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.sql import PageRecord
 from crawler.worker.concurrency import short_retries
+from crawler.worker.cost import Cost
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import Outcome, Visitor, hop_id
 from crawler.worker.parking import Parking, attempts_of
@@ -39,6 +40,7 @@ class Pipeline:
         live: LiveConfig,
         visitor: Visitor,
         quota: PageQuota,
+        cost: Cost,
         router: Router,
         writes: GroupCommit,
         parking: Parking,
@@ -49,6 +51,7 @@ class Pipeline:
         self._live = live
         self._visitor = visitor
         self._quota = quota
+        self._cost = cost
         self._router = router
         self._writes = writes
         self._parking = parking
@@ -59,6 +62,8 @@ class Pipeline:
         """Bring one delivery to its outcome and ack it (or leave it to the broker to deliver again)."""
         try:
             await self._process(domain, message)
+        except BackendHalt:
+            raise  # the fetch service refuses the domain: the consumer lets its queue go
         except Exception as exc:
             # Infrastructure trouble (broker, database) after the fetch: wait a tier and try again.
             log.warning("%s: %r; will retry", domain, exc)
@@ -78,8 +83,12 @@ class Pipeline:
         if attempts == 1 and not await self._quota.take(domain, rules.max_pages):
             pages_log.info("%s %s: skipped, max_pages %d reached", domain, url, rules.max_pages)
             return await self._done(message, domain, "skipped")
+        if not await self._cost.allows(domain, rules):
+            pages_log.info("%s %s: skipped, max_credits %g reached", domain, url, rules.max_credits or 0)
+            return await self._done(message, domain, "skipped", reason="max_credits")
         record = PageRecord(url=url, domain=domain, depth=crawl.depth, attempts=attempts)
         outcome = await self._visitor.visit(record, rules, self._live.fields(domain), crawl.via)
+        outcome = await self._cost.charge(domain, outcome, message)
         self._metrics.observe_visit(domain, outcome)
         failure = outcome.failure
         delay = self._delay(domain, attempts, failure)
@@ -133,9 +142,14 @@ class Pipeline:
         self._metrics.observe_links(domain, routed)
 
     async def _done(
-        self, message: AbstractIncomingMessage, domain: str, kind: OutcomeKind, status: int | None = None
+        self,
+        message: AbstractIncomingMessage,
+        domain: str,
+        kind: OutcomeKind,
+        status: int | None = None,
+        reason: str = "max_pages",
     ) -> None:
-        self._metrics.observe_outcome(domain, kind, status)
+        self._metrics.observe_outcome(domain, kind, status, reason)
         await message.ack()
 
     async def _park_or_return(self, message: AbstractIncomingMessage, domain: str, failure: Failure) -> None:

@@ -57,6 +57,7 @@ class Subscriptions:
         self._label = label
         self._tuning = tuning
         self._subs: list[_Subscription] = []
+        self._retired: list[_Subscription] = []  # removed domains' channels, closed with the rest
         # Work waits until the first queues are all subscribed: their pages would otherwise hold up
         # the other subscriptions (each round trip waits its turn in a busy loop).
         self._ready = asyncio.Event()
@@ -94,6 +95,16 @@ class Subscriptions:
 
         await at_once(set_qos, [s for s in self._subs if s.domain in wanted], self._tuning.at_once)
 
+    async def remove(self, domain: str) -> None:
+        """Stop new deliveries of `domain`'s queue; its channel stays (its deliveries in flight can
+        still be acked or returned) until `close`."""
+        subs = [s for s in self._subs if s.domain == domain]
+        for sub in subs:
+            self._subs.remove(sub)
+            self._retired.append(sub)
+            with contextlib.suppress(Exception):
+                await sub.queue.cancel(sub.tag)
+
     async def cancel(self) -> None:
         """Stop new deliveries; what is delivered stays until `close`."""
 
@@ -110,8 +121,9 @@ class Subscriptions:
             with contextlib.suppress(Exception):
                 await sub.channel.close()
 
-        await at_once(close, self._subs, self._tuning.at_once)
+        await at_once(close, [*self._subs, *self._retired], self._tuning.at_once)
         self._subs.clear()
+        self._retired.clear()
 
     async def _subscribe(self, where: tuple[str, AbstractRobustConnection]) -> None:
         domain, connection = where

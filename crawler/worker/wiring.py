@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from crawler.config import CrawlConfig, with_dedup_mode
 from crawler.dedup.store import SeenStore
 from crawler.errors import BadURL, ConfigError
 from crawler.fetch.aio import AiohttpFetcher
+from crawler.fetch.api import ENV_URL, ApiEndpoint, ApiFetcher, RoutingFetcher
 from crawler.fetch.fetcher import BoundedFetcher, Fetcher, HttpFetcher
 from crawler.fetch.ratelimit import RateLimiter
 from crawler.fetch.robots import Robots
@@ -22,12 +24,13 @@ from crawler.frontier.exchanges import declare, topology, work_queues
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.router import Routed, Router
 from crawler.frontier.urls import canonicalise
-from crawler.monitor.metrics import DomainStats
+from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import Names
 from crawler.settings import Settings
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.sql import Sink, migrate
 from crawler.worker.consumer import Consumer, Parts
+from crawler.worker.cost import Cost
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import Visitor
 from crawler.worker.tuning import DEFAULT_TUNING, Tuning
@@ -62,8 +65,30 @@ def make_fetcher(config: CrawlConfig) -> BoundedFetcher:
     return AiohttpFetcher(config) if config.fetcher == "aiohttp" else HttpFetcher(config)
 
 
-def parts(f: Frontier, names: Names, config: CrawlConfig, sink: Sink, fetcher: Fetcher) -> Parts:
-    """A consumer's parts, each made once: the live configuration, the page visit, dedup, quota, writes."""
+def make_fetchers(config: CrawlConfig, env: Mapping[str, str] | None = None) -> tuple[Fetcher, str]:
+    """The worker's fetcher (direct, plus the fetch service if any domain uses `fetch: api` or
+    CRAWLER_FETCH_API_URL is set) and the name its credits count under."""
+    env = os.environ if env is None else env
+    wanted = config.defaults.uses_api or any(r.uses_api for r in config.rules.values())
+    endpoint = ApiEndpoint.from_env(env) if wanted or env.get(ENV_URL) else None
+    direct = make_fetcher(config)
+    if endpoint is None:
+        return direct, "gateway"
+    api = ApiFetcher(config, endpoint)
+    return RoutingFetcher(direct, api), api.backend
+
+
+def parts(
+    f: Frontier,
+    names: Names,
+    config: CrawlConfig,
+    sink: Sink,
+    fetcher: Fetcher,
+    metrics: Metrics,
+    backend: str = "gateway",
+) -> Parts:
+    """A consumer's parts, each made once: the live configuration, the page visit, dedup, quota, cost
+    and writes."""
     live = LiveConfig(config)
     visitor = Visitor(
         fetcher,
@@ -73,7 +98,8 @@ def parts(f: Frontier, names: Names, config: CrawlConfig, sink: Sink, fetcher: F
         live.rules,
         config.max_retry_after,
     )
-    return Parts(live, visitor, f.seen, PageQuota(f.redis, names), GroupCommit(sink))
+    cost = Cost(f.redis, names, metrics, backend)
+    return Parts(live, visitor, f.seen, PageQuota(f.redis, names), cost, GroupCommit(sink))
 
 
 def check_domains(config: CrawlConfig, domains: Sequence[str] | None) -> list[str]:
@@ -171,7 +197,7 @@ async def consume(
         )
         sink = Sink(settings.database_url)
         stack.callback(sink.close)
-        fetcher = make_fetcher(config)
+        fetcher, backend = make_fetchers(config)
         stack.push_async_callback(fetcher.aclose)
 
         async def connect() -> AbstractRobustConnection:
@@ -179,7 +205,7 @@ async def consume(
             return await stack.enter_async_context(connections.broker(settings.amqp_url, role))
 
         consumer = Consumer(
-            parts(f, settings.names, config, sink, fetcher),
+            parts(f, settings.names, config, sink, fetcher, monitoring.metrics, backend),
             settings.names,
             f.connection,
             chosen if domains else None,

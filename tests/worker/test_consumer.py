@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 
 from crawler.config import load_config
 from crawler.errors import CrawlerError, SinkError
+from crawler.monitor.metrics import Metrics
 from crawler.names import HEADER_REASON, Names
 from crawler.sink.sql import Sink
 from crawler.worker import wiring
@@ -301,7 +302,7 @@ async def test_more_domains_than_a_connection_takes_are_a_clear_error_without_mo
     fetcher = wiring.make_fetcher(loaded)
     try:
         async with wiring.frontier(settings, "test") as f:
-            parts = wiring.parts(f, settings.names, loaded, sink, fetcher)
+            parts = wiring.parts(f, settings.names, loaded, sink, fetcher, Metrics())
             worker = Consumer(
                 parts,
                 settings.names,

@@ -1,0 +1,220 @@
+"""config/proxies.yaml: the gateway's exits, keys, prices and ban rules, as one validated model.
+
+Credentials are never written in the file: each names the environment variable holding it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import quote, urlsplit
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from crawler.errors import ConfigError
+
+Ident = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+def _check_regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{value!r} is not a regular expression ({exc})") from None
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Exit(_Strict):
+    """One way out: a forward proxy, its tier and country; credentials by environment reference."""
+
+    id: Ident
+    url: str
+    username_env: EnvName | None = None
+    password_env: EnvName | None = None
+    tier: Literal["datacenter", "premium"] = "datacenter"
+    country: Annotated[str, Field(pattern=r"^[A-Za-z]{2}$")] | None = None
+    max_inflight: int = Field(16, ge=1, le=10_000)
+
+    @field_validator("url")
+    @classmethod
+    def _proxy_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme != "http" or not parts.hostname or parts.port is None:
+            raise ValueError(f"{value!r}: write a forward proxy as http://HOST:PORT")
+        if parts.username or parts.password:
+            raise ValueError("credentials do not belong in the URL: name them with username_env/password_env")
+        return value
+
+    @field_validator("country")
+    @classmethod
+    def _upper(cls, value: str | None) -> str | None:
+        return value.upper() if value else value
+
+    def proxy_url(self, env: Mapping[str, str]) -> str:
+        """The proxy URL with its credentials from the environment (never logged)."""
+        user = env.get(self.username_env, "") if self.username_env else ""
+        password = env.get(self.password_env, "") if self.password_env else ""
+        if not user:
+            return self.url
+        parts = urlsplit(self.url)
+        return f"http://{quote(user, safe='')}:{quote(password, safe='')}@{parts.hostname}:{parts.port}"
+
+
+class ApiKey(_Strict):
+    """A key callers present in X-API-Key; its ledger is kept under `id`, with an optional budget."""
+
+    id: Ident
+    key_env: EnvName
+    budget: float | None = Field(None, gt=0)
+    max_concurrency: int = Field(100, ge=1, le=100_000)
+
+
+class Cooldown(_Strict):
+    """How long an (exit, domain) pair rests after a ban: base x 2^(bans in a row - 1), at most max."""
+
+    base: float = Field(30.0, gt=0, le=86_400)
+    max: float = Field(900.0, gt=0, le=86_400)
+    jitter: float = Field(0.2, ge=0, le=1)
+
+
+class Prices(_Strict):
+    """Credits per answer that counts: plain or render_js, multiplied for a premium exit."""
+
+    plain: float = Field(1.0, ge=0)
+    render_js: float = Field(5.0, ge=0)
+    premium: float = Field(10.0, ge=1)  # a multiple
+
+    def price(self, render_js: bool, premium: bool) -> float:
+        """What one answer costs."""
+        return (self.render_js if render_js else self.plain) * (self.premium if premium else 1.0)
+
+
+class ProxiesConfig(_Strict):
+    """The whole of proxies.yaml."""
+
+    exits: tuple[Exit, ...] = Field(min_length=1)
+    keys: tuple[ApiKey, ...] = Field(min_length=1)
+    min_interval: float = Field(1.0, ge=0, le=3_600)
+    max_attempts: int = Field(3, ge=1, le=20)
+    cooldown: Cooldown = Field(default_factory=Cooldown)
+    ban_statuses: tuple[int, ...] = (403, 429, 503)
+    block_markers: dict[str, Annotated[str, AfterValidator(_check_regex)]] = Field(default_factory=dict)
+    dead_after: int = Field(5, ge=1, le=1_000)
+    dead_for: float = Field(30.0, gt=0, le=86_400)
+    probe_url: str | None = None
+    session_ttl: float = Field(600.0, gt=0, le=86_400)
+    prices: Prices = Field(default_factory=Prices)
+    max_wait: float = Field(10.0, ge=0, le=600)  # longest a request waits for a free exit
+    # The same guard as the workers' (crawler/fetch/connect.py): private targets are refused.
+    resolve: dict[str, str] = Field(default_factory=dict)
+    allow_private_networks: bool = False
+    allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    user_agent: str = Field("crawler-gateway/0.1", min_length=1)
+
+    @field_validator("allow_networks", mode="before")
+    @classmethod
+    def _networks(cls, value: Any) -> Any:
+        if not isinstance(value, list | tuple):
+            return value
+        try:
+            return tuple(ipaddress.ip_network(str(item)) for item in value)
+        except ValueError as exc:
+            raise ValueError(f"{exc}; write e.g. 10.1.0.0/16 or 127.0.0.21") from None
+
+    @field_validator("resolve")
+    @classmethod
+    def _ips(cls, value: dict[str, str]) -> dict[str, str]:
+        for host, ip in value.items():
+            try:
+                ipaddress.ip_address(ip)
+            except ValueError:
+                raise ValueError(f"{host!r}: {ip!r} is not an IP address") from None
+        return {h.lower(): ip for h, ip in value.items()}
+
+    @model_validator(mode="after")
+    def _unique(self) -> ProxiesConfig:
+        for what, ids in (("exits", [e.id for e in self.exits]), ("keys", [k.id for k in self.keys])):
+            twice = sorted({i for i in ids if ids.count(i) > 1})
+            if twice:
+                raise ValueError(f"{what}: id {', '.join(twice)} listed twice")
+        if self.cooldown.max < self.cooldown.base:
+            raise ValueError("cooldown: max must be at least base")
+        return self
+
+    def check_env(self, env: Mapping[str, str], source: str) -> None:
+        """ConfigError naming every variable the file refers to that the environment lacks."""
+        wanted = [k.key_env for k in self.keys]
+        wanted += [e.username_env for e in self.exits if e.username_env]
+        wanted += [e.password_env for e in self.exits if e.password_env]
+        missing = sorted({name for name in wanted if not env.get(name)})
+        if missing:
+            raise ConfigError(f"{source}: environment variable(s) not set: {', '.join(missing)}")
+
+    def marker(self, domain: str) -> re.Pattern[str] | None:
+        """The block-page regex of `domain` (or a parent domain), if any."""
+        host = domain
+        while host:
+            if host in self.block_markers:
+                return re.compile(self.block_markers[host])
+            _, _, host = host.partition(".")
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A validated proxies.yaml and the modification time it was read at."""
+
+    config: ProxiesConfig
+    mtime: float
+
+
+def parse_proxies(text: str, source: str, env: Mapping[str, str] | None = None) -> ProxiesConfig:
+    """Validate proxies.yaml text; ConfigError naming the file, the key path and the rule."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping with `exits:` and `keys:` at the top level")
+    try:
+        config = ProxiesConfig.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"{source}: invalid proxies configuration"]
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key (see the worked proxies.yaml in README.md)"
+            lines.append(f"  {where}: {msg}")
+        raise ConfigError("\n".join(lines)) from None
+    config.check_env(os.environ if env is None else env, source)
+    return config
+
+
+def load_proxies(path: str | Path, env: Mapping[str, str] | None = None) -> Loaded:
+    """Read and validate proxies.yaml."""
+    try:
+        mtime = Path(path).stat().st_mtime
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the proxies file ({exc.strerror}); pass --proxies") from None
+    return Loaded(parse_proxies(text, str(path), env), mtime)

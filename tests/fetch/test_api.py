@@ -1,0 +1,183 @@
+"""`fetch: api`: the worker's client of a fetch service, its envelope and error semantics, and the
+ScrapingBee profile against a local imitation of its documented behaviour."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from crawler.config import parse_config
+from crawler.errors import (
+    BackendBudgetExhausted,
+    BackendBusy,
+    BackendKeyRejected,
+    BackendUnavailable,
+    FetchTimeout,
+)
+from crawler.fetch.api import ApiEndpoint, ApiFetcher
+from demo.site import Reply, Site, free_port, page, serve
+from tests.support.scrapingbee import ScrapingBee
+
+KEY = "k-123-secret"
+
+
+class Service:
+    """A fetch service answering what the test sets, recording what it was asked."""
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.answer: dict[str, Any] = {}
+        self.asked: list[tuple[dict[str, str], str | None]] = []
+        self.port = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.asked.append((dict(request.query), request.headers.get("X-API-Key")))
+        return web.json_response(self.answer or {"error": "nope"}, status=self.status)
+
+
+@pytest.fixture
+async def service() -> AsyncIterator[Service]:
+    svc = Service()
+    app = web.Application()
+    app.router.add_get("/fetch", svc.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.47", 0).start()
+    svc.port = runner.addresses[0][1]
+    yield svc
+    await runner.cleanup()
+
+
+def api_config(profile: str = "envelope") -> Any:
+    return parse_config(
+        f"api_profile: {profile}\ndefaults: {{timeout: 3, fetch: {{via: api, country: de, session: s1}}}}\n"
+        "domains: {a.test: {}}\n"
+    )
+
+
+async def test_the_envelope_request_and_answer(service: Service) -> None:
+    config = api_config()
+    fetcher = ApiFetcher(config, ApiEndpoint(f"http://127.0.0.47:{service.port}/fetch", KEY))
+    service.answer = {
+        "status_code": 200,
+        "headers": [["Content-Type", "text/html; charset=latin-1"]],
+        "body": base64.b64encode("caf\xe9".encode("latin-1")).decode(),
+        "body_encoding": "base64",
+        "final_url": "http://a.test/",
+        "credits_used": 1,
+        "duration_ms": 12.5,
+        "exit": "dc-1",
+    }
+    try:
+        resp = await fetcher.fetch("http://a.test/", config.rules_for("a.test"))
+    finally:
+        await fetcher.aclose()
+    assert (resp.status_code, resp.body, resp.credits, resp.exit_id) == (200, b"caf\xe9", 1.0, "dc-1")
+    query, key = service.asked[0]
+    assert key == KEY and "api_key" not in query
+    assert query["url"] == "http://a.test/" and query["follow_redirects"] == "false"
+    assert (query["country_code"], query["session"], query["render_js"], query["json_response"]) == (
+        "DE",
+        "s1",
+        "false",
+        "true",
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "transient"),
+    [
+        (401, BackendKeyRejected, True),
+        (403, BackendKeyRejected, True),
+        (402, BackendBudgetExhausted, True),
+        (429, BackendBusy, True),
+        (500, BackendUnavailable, True),
+        (503, BackendUnavailable, True),
+        (400, BackendUnavailable, False),
+    ],
+)
+async def test_the_services_own_errors_are_its_own(
+    service: Service, status: int, error: type[Exception], transient: bool
+) -> None:
+    config = api_config()
+    fetcher = ApiFetcher(config, ApiEndpoint(f"http://127.0.0.47:{service.port}/fetch", KEY))
+    service.status = status
+    service.answer = {"error": "refused for a reason"}
+    try:
+        with pytest.raises(error) as caught:
+            await fetcher.fetch("http://a.test/", config.rules_for("a.test"))
+    finally:
+        await fetcher.aclose()
+    assert caught.value.transient is transient  # type: ignore[attr-defined]
+    assert "refused for a reason" in str(caught.value) and KEY not in str(caught.value)
+
+
+async def test_a_target_failure_is_the_targets_and_a_dead_service_is_transient(service: Service) -> None:
+    config = api_config()
+    fetcher = ApiFetcher(config, ApiEndpoint(f"http://127.0.0.47:{service.port}/fetch", KEY))
+    service.answer = {"status_code": None, "error": {"kind": "timeout", "message": "slow"}, "credits_used": 0}
+    try:
+        with pytest.raises(FetchTimeout):
+            await fetcher.fetch("http://a.test/", config.rules_for("a.test"))
+    finally:
+        await fetcher.aclose()
+    gone = ApiFetcher(config, ApiEndpoint("http://127.0.0.47:1/fetch", KEY))
+    try:
+        with pytest.raises(BackendUnavailable) as caught:
+            await gone.fetch("http://a.test/", config.rules_for("a.test"))
+    finally:
+        await gone.aclose()
+    assert caught.value.transient and KEY not in str(caught.value)
+
+
+@pytest.fixture
+def target() -> Any:
+    site = Site(
+        "a.test",
+        "127.0.0.21",
+        free_port("127.0.0.21"),
+        {"/": page("Home", ["/x"]), "/gone": Reply(404, b"<html>no</html>")},
+    )
+    with serve(site) as (served,):
+        yield served
+
+
+async def test_scrapingbee_profile_against_its_imitation(target: Site) -> None:
+    bee = await ScrapingBee(KEY, credits=12).start()
+    config = api_config("scrapingbee")
+    fetcher = ApiFetcher(config, ApiEndpoint(bee.endpoint, KEY))
+    url = f"http://127.0.0.21:{target.port}/"
+    rules = config.rules_for("a.test")
+    try:
+        resp = await fetcher.fetch(url, rules)
+        assert resp.status_code == 200 and b"Home" in resp.body and resp.credits == 1
+        assert resp.content_type and resp.content_type.startswith("text/html")
+        missing = await fetcher.fetch(url + "gone", rules)
+        assert missing.status_code == 404 and missing.credits == 1  # the target's 404, charged
+        call = bee.calls[0]
+        assert (call["render_js"], call["country_code"], call["transparent_status_code"]) == (
+            "false",
+            "de",
+            "true",
+        )
+        bee.fail_next = 1
+        with pytest.raises(BackendUnavailable):
+            await fetcher.fetch(url, rules)
+        premium = rules.model_copy(update={"fetch": rules.fetch.model_copy(update={"premium": True})})
+        assert (await fetcher.fetch(url, premium)).credits == 10
+        with pytest.raises(BackendBudgetExhausted):  # 12 credits: 1 + 1 + 10 spent
+            await fetcher.fetch(url, rules)
+        assert bee.charged == 12
+        wrong = ApiFetcher(config, ApiEndpoint(bee.endpoint, "wrong"))
+        try:
+            with pytest.raises(BackendKeyRejected):
+                await wrong.fetch(url, rules)
+        finally:
+            await wrong.aclose()
+    finally:
+        await fetcher.aclose()
+        await bee.close()

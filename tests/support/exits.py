@@ -1,0 +1,166 @@
+"""Exits for the gateway tests: forward proxies each connecting out from its own loopback address,
+and a site that logs every request's client address and bans one that asks too fast."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+
+class ForwardProxy:
+    """A plain-HTTP forward proxy on `listen` whose upstream connections leave from `source`.
+
+    `hang` makes it accept and never answer; one request per client connection.
+    """
+
+    def __init__(self, listen: str, source: str, *, hang: bool = False) -> None:
+        self.listen = listen
+        self.source = source
+        self.hang = hang
+        self.requests = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = asyncio.Event()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://{self.listen}:{self._server.sockets[0].getsockname()[1]}"
+
+    async def start(self) -> ForwardProxy:
+        self._server = await asyncio.start_server(self._serve, self.listen, 0)
+        return self
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        self._closed.set()  # a hanging request ends (cancelling it would log an error)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            self.requests += 1
+            if self.hang:
+                await self._closed.wait()
+                return
+            line, _, rest = head.partition(b"\r\n")
+            method, target, version = line.decode().split(" ")
+            assert target.startswith("http://"), target
+            hostport, _, path = target[len("http://") :].partition("/")
+            host, _, port = hostport.rpartition(":")
+            up_reader, up_writer = await asyncio.open_connection(
+                host.strip("[]"), int(port), local_addr=(self.source, 0)
+            )
+            headers = [
+                h for h in rest.split(b"\r\n") if h and not h.lower().startswith((b"proxy-", b"connection"))
+            ]
+            up_writer.write(f"{method} /{path} {version}\r\n".encode() + b"\r\n".join(headers))
+            up_writer.write(b"\r\nConnection: close\r\n\r\n")
+            await up_writer.drain()
+            while chunk := await up_reader.read(65536):
+                writer.write(chunk)
+                await writer.drain()
+            up_writer.close()
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            with contextlib.suppress(OSError):
+                writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        finally:
+            self._tasks.discard(task)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+
+BLOCK_PAGE = b"<html><head><title>Blocked</title></head><body>Access denied</body></html>"
+
+
+@dataclass
+class BanningSite:
+    """`pages` pages linked from /, on `ip`; a client address asking more than `limit` times within
+    a second (or, with `ban_at`, making its `ban_at`-th request) is answered 403 with a block page for
+    `ban_for` seconds. Every request is logged."""
+
+    ip: str
+    pages: int = 30
+    limit: int = 3
+    ban_for: float = 1.0
+    ban_at: int | None = None  # a ban that happens however slowly the fleet runs (a loaded machine)
+    log: list[tuple[float, str, str, int]] = field(default_factory=list)  # (when, client, path, status)
+    _recent: dict[str, deque[float]] = field(default_factory=lambda: defaultdict(deque))
+    _banned: dict[str, float] = field(default_factory=dict)
+    _asked: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _runner: web.AppRunner | None = None
+    port: int = 0
+
+    def url(self, host: str, path: str = "/") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    async def start(self) -> BanningSite:
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", self._page)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.ip, 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _page(self, request: web.Request) -> web.Response:
+        now = time.monotonic()
+        client = request.remote or "?"
+        recent = self._recent[client]
+        recent.append(now)
+        while recent and recent[0] < now - 1.0:
+            recent.popleft()
+        self._asked[client] += 1
+        if len(recent) > self.limit or self._asked[client] == self.ban_at:
+            self._banned[client] = now + self.ban_for
+        if self._banned.get(client, 0) > now:
+            self.log.append((now, client, request.path, 403))
+            return web.Response(status=403, body=BLOCK_PAGE, content_type="text/html")
+        self.log.append((now, client, request.path, 200))
+        if request.path == "/robots.txt":
+            return web.Response(text="User-agent: *\nAllow: /\n", content_type="text/plain")
+        if request.path == "/":
+            links = "".join(f'<a href="/p/{i}">p{i}</a>' for i in range(self.pages))
+            return web.Response(text=f"<html><title>home</title>{links}</html>", content_type="text/html")
+        if request.path.startswith("/p/"):
+            return web.Response(
+                text=f"<html><title>{request.path}</title><h1>ok</h1></html>", content_type="text/html"
+            )
+        return web.Response(status=404, text="<html>no</html>", content_type="text/html")
+
+    def by_client(self) -> dict[str, list[tuple[float, str, int]]]:
+        out: dict[str, list[tuple[float, str, int]]] = defaultdict(list)
+        for when, client, path, status in self.log:
+            out[client].append((when, path, status))
+        return out
+
+
+def write_proxies(path: Path, proxies: list[ForwardProxy], **settings: Any) -> Path:
+    """A proxies.yaml with one datacenter exit per proxy (ids e0, e1, ...) and key GW_TEST_KEY."""
+    config: dict[str, Any] = {
+        "exits": [{"id": f"e{i}", "url": p.url, "country": "DE"} for i, p in enumerate(proxies)],
+        "keys": [{"id": "test", "key_env": "GW_TEST_KEY"}],
+        "allow_networks": ["127.0.0.21/32"],
+        "resolve": {"a.test": "127.0.0.21", "b.test": "127.0.0.21"}
+        | {f"h{i}.test": "127.0.0.21" for i in range(40)},
+        **settings,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
