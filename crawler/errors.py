@@ -71,3 +71,7 @@ class Refused(FetchError):
 
 class SinkError(CrawlerError):
     """A write to the database failed."""
+
+
+class HookFailed(CrawlerError):
+    """A parse hook raised, returned something unusable, or overran the page's deadline."""

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from crawler.config import DedupConfig, load_config, parse_config, with_dedup_mode
+from crawler.config import DedupConfig, FieldRule, load_config, parse_config, with_dedup_mode
 from crawler.errors import ConfigError
 from crawler.settings import Settings
 from tests.support.services import crawler_command
@@ -31,7 +31,7 @@ domains:
     assert config.rules["shop.test"].rate == 7
     assert config.rules["shop.test"].retry_delays == (2, 4)
     assert config.rules["other.test"].rate == 3
-    assert config.rules["shop.test"].extract == {"title": "h1"}
+    assert config.rules["shop.test"].extract == {"title": FieldRule(css="h1")}  # the short form
 
 
 @pytest.mark.parametrize(

@@ -82,6 +82,8 @@ class Visited(Protocol):
     def rate_wait(self) -> float: ...
     @property
     def fetched(self) -> _Fetch | None: ...
+    @property
+    def extraction_failures(self) -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +111,13 @@ class Metrics:
             "crawler_pages",
             "Pages crawled to a final outcome (stored), by domain, HTTP status class and outcome",
             ["domain", "status_class", "outcome"],
+            registry=r,
+        )
+        self.extraction_failures = Counter(
+            "crawler_extraction_failures",
+            "Pages stored as failed because a required field was missing (field) or the parse hook "
+            'failed (field="(parse hook)")',
+            ["domain", "field"],
             registry=r,
         )
         self.fetch_seconds = Histogram(
@@ -221,6 +230,8 @@ class Metrics:
             )
         elif outcome.failure is not None and outcome.failure.transient:
             self.observe_error(domain, "robots")  # robots.txt could not be had: try again later
+        for name in outcome.extraction_failures:
+            self.extraction_failures.labels(domain, name).inc()
 
     def observe_skipped(self, domain: str, reason: str) -> None:
         """A page was not fetched by policy (e.g. "max_pages")."""

@@ -1,16 +1,18 @@
-"""The parser: links, title and per-domain fields out of an HTML page, via lxml."""
+"""The parser: links, title and per-domain fields out of an HTML page, via lxml.
+
+The field language is crawler/parse/fields.py, structured data crawler/parse/structured.py.
+"""
 
 from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TypeAlias
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from cssselect import HTMLTranslator, SelectorError
 from lxml import etree
 from w3lib.encoding import (
     html_body_declared_encoding,
@@ -20,11 +22,13 @@ from w3lib.encoding import (
     to_unicode,
 )
 
-Fields: TypeAlias = Mapping[str, etree.XPath]
+from crawler.parse.fields import Fields, compile_fields, extract_fields
+from crawler.parse.structured import extract_structured
+
+__all__ = ["Extracted", "Fields", "charset_from_content_type", "compile_fields", "extract"]
 
 MAX_HREF = 4096
 MAX_TITLE = 1000
-MAX_FIELD = 10_000
 
 # Codecs a hostile charset label could pick to smuggle markup, burn CPU or always fail.
 _UNSAFE_CODECS = frozenset(
@@ -33,8 +37,6 @@ _UNSAFE_CODECS = frozenset(
 _LINKS = etree.XPath("//a/@href | //area/@href", smart_strings=False)
 _BASE = etree.XPath("string((//base[@href])[1]/@href)", smart_strings=False)
 _TITLE = etree.XPath("string((//title)[1])", smart_strings=False)
-_TEXT = etree.XPath("string()", smart_strings=False)
-_TRANSLATOR = HTMLTranslator()
 # An href that urljoin copies through unchanged: no whitespace or control characters (which it strips),
 # no brackets (which it validates), no path parameters (";", which it splits off), no empty query or
 # fragment (which it drops).
@@ -43,24 +45,16 @@ _PLAIN_HREF = re.compile(r"([^\x00-\x20\x7f\[\];?#]*)(?:\?[^\x00-\x20\x7f#]+)?(?
 
 @dataclass(frozen=True, slots=True)
 class Extracted:
-    """What a page yields: its title, its absolute http(s) links and its domain's fields."""
+    """What a page yields: its title, its absolute http(s) links and its domain's fields.
+
+    `root` is the parsed tree (None if the body was no HTML), for a parse hook.
+    """
 
     title: str | None
     links: list[str]
-    data: dict[str, str | None]
-
-
-def compile_fields(fields: Mapping[str, str]) -> Fields:
-    """Compile a CSS selector per field; raise ValueError naming the field if one is invalid."""
-    compiled = {}
-    for name, selector in fields.items():
-        try:
-            # Wrapping in (...)[1] lets libxml2 stop at the first match.
-            xpath = f"({_TRANSLATOR.css_to_xpath(selector)})[1]"
-            compiled[name] = etree.XPath(xpath, smart_strings=False)
-        except (SelectorError, etree.XPathError, TypeError) as exc:
-            raise ValueError(f"field {name!r}: invalid CSS selector {selector!r}: {exc}") from exc
-    return compiled
+    data: dict[str, Any]
+    root: etree._Element | None = field(default=None, repr=False, compare=False)
+    base: str = field(default="", repr=False, compare=False)  # the URL relative links resolve against
 
 
 @lru_cache(maxsize=256)  # a site sends the same header with every page
@@ -77,16 +71,23 @@ def extract(
     charset: str | None = None,
     fields: Fields | None = None,
     max_links: int = 5000,
+    structured: Sequence[str] = (),
 ) -> Extracted:
     """Parse `body` fetched from `url`; never raises on malformed or hostile input."""
     fields = fields or {}
     root = _parse(body, charset)
     if root is None:
-        return Extracted(title=None, links=[], data=dict.fromkeys(fields))
+        return Extracted(title=None, links=[], data={name: f.default for name, f in fields.items()})
+    base = _base(root, url)
+    data = extract_fields(root, base, fields) if fields else {}
+    if structured:
+        data["structured"] = extract_structured(root, base, structured)
     return Extracted(
         title=_normalise(_TITLE(root), MAX_TITLE),
-        links=_links(root, url, max_links),
-        data={name: _field(root, xpath) for name, xpath in fields.items()},
+        links=_links(root, base, max_links),
+        data=data,
+        root=root,
+        base=base,
     )
 
 
@@ -136,15 +137,19 @@ def _declared(body: bytes) -> str | None:
     return _codec(label) if label else None
 
 
-def _links(root: etree._Element, url: str, max_links: int) -> list[str]:
-    base = url
+def _base(root: etree._Element, url: str) -> str:
+    joined: str
     if href := _BASE(root).strip():
         try:
             joined = urljoin(url, href)
         except ValueError:
             joined = ""
         if _is_http(joined):
-            base = joined
+            return joined
+    return url
+
+
+def _links(root: etree._Element, base: str, max_links: int) -> list[str]:
     join = _Joiner(base).join
     tried: set[str] = set()
     links: dict[str, None] = {}
@@ -205,17 +210,6 @@ class _Joiner:
         elif ":" not in path.partition("/")[0]:  # a colon there would make it a scheme
             return self._directory + href
         return urljoin(self._base, href)
-
-
-def _field(root: etree._Element, xpath: etree.XPath) -> str | None:
-    try:
-        found = xpath(root)
-    except etree.XPathError:
-        return None
-    # Only an element has text; a caller's own XPath may yield strings or numbers.
-    if not isinstance(found, list) or not found or not isinstance(found[0], etree._Element):
-        return None
-    return _normalise(_TEXT(found[0]), MAX_FIELD)
 
 
 def _is_http(url: str) -> bool:
