@@ -62,17 +62,16 @@ class CompiledField:
             if not isinstance(item, etree._Element):
                 return None
             return {f.name: f.value(item, base) for f in self.group}
-        text = _text(item, self.attr, base)
+        raw = _text(item, self.attr, base)
+        text = None if raw is None else _normalise(raw)
         if text is None:
             return None
         if self.regex is not None:
             found = self.regex.search(text)
-            if found is None:
+            if found is None or found[1 if self.regex.groups else 0] is None:
                 return None
-            text = found[1] if self.regex.groups else found[0]
-        if self.convert is None:
-            return _normalise(text)
-        return self.convert(text)
+            text = found[1 if self.regex.groups else 0]
+        return text if self.convert is None else self.convert(text)
 
 
 Fields: TypeAlias = Mapping[str, CompiledField]

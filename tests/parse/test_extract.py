@@ -8,7 +8,6 @@ from urllib.parse import urljoin
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lxml import etree
 
 from crawler.config import FieldRule
 from crawler.parse.extract import Extracted, _Joiner, charset_from_content_type, compile_fields, extract
