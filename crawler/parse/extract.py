@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from charset_normalizer import from_bytes
 from lxml import etree
 from w3lib.encoding import (
     html_body_declared_encoding,
@@ -29,6 +30,7 @@ __all__ = ["Extracted", "Fields", "charset_from_content_type", "compile_fields",
 
 MAX_HREF = 4096
 MAX_TITLE = 1000
+DETECT_BYTES = 64 * 1024  # enough text to tell an encoding; detection costs ~1 ms per 30 KB
 
 # Codecs a hostile charset label could pick to smuggle markup, burn CPU or always fail.
 _UNSAFE_CODECS = frozenset(
@@ -110,11 +112,21 @@ def _parse(body: bytes, charset: str | None) -> etree._Element | None:
     if encoding and bom:
         body = body[len(bom) :]
     else:
-        encoding = (charset and _codec(charset)) or _declared(body) or "utf-8"
-    try:
-        text = to_unicode(body, encoding)
-    except (LookupError, UnicodeError):
-        text = body.decode("utf-8", "replace")
+        encoding = (charset and _codec(charset)) or _declared(body)
+    data: bytes | None = None
+    if encoding in (None, "utf-8"):
+        try:
+            body.decode("utf-8")
+            data = body  # valid UTF-8 as it is: no decoding and re-encoding
+        except UnicodeDecodeError:
+            # Undeclared and not UTF-8: a legacy encoding, found by detection.
+            encoding = encoding or _detect(body) or "utf-8"
+    if data is None:
+        try:
+            text = to_unicode(body, encoding or "utf-8")
+        except (LookupError, UnicodeError):
+            text = body.decode("utf-8", "replace")
+        data = text.encode("utf-8")
     # Re-encoding lets lxml parse a known encoding, ignoring lying <meta> or <?xml?> declarations.
     # A parser per call costs ~1 us and is never shared between threads.
     parser = etree.HTMLParser(
@@ -127,9 +139,24 @@ def _parse(body: bytes, charset: str | None) -> etree._Element | None:
         collect_ids=False,  # nothing looks up ids; hashing them is wasted time
     )
     try:
-        return etree.fromstring(text.encode("utf-8"), parser)
+        return etree.fromstring(data, parser)
     except (etree.LxmlError, ValueError):
         return None
+
+
+def _detect(body: bytes) -> str | None:
+    """The legacy encoding of an undeclared page that is not UTF-8, by charset-normalizer."""
+    matches = from_bytes(body[:DETECT_BYTES])
+    best = matches.best()
+    if best is None:
+        return None
+    # Western single-byte text fits cp1250, cp1252 and cp1257 about equally (the accented letters
+    # are the few bytes that differ); cp1252 is by far the web's commonest, and what browsers
+    # fall back to, so a near-tie goes to it.
+    for match in matches:
+        if match.encoding == "cp1252" and match.chaos <= best.chaos + 0.05:
+            return "cp1252"
+    return _codec(best.encoding)
 
 
 def _declared(body: bytes) -> str | None:

@@ -43,14 +43,14 @@ def _opengraph(root: etree._Element, base: str) -> dict[str, str]:
 def _extractor(syntax: str) -> Callable[[etree._Element, str], Any]:
     # Imported on first use: extruct brings rdflib and more, which a crawl without `structured` never needs.
     if syntax == "json-ld":
-        from extruct.jsonld import JsonLdExtractor  # type: ignore[import-untyped]
+        from extruct.jsonld import JsonLdExtractor
 
         jsonld = JsonLdExtractor()
         return lambda root, base: jsonld.extract_items(root, base_url=base)
     if syntax == "opengraph":
         return _opengraph
     if syntax == "microdata":
-        from extruct.w3cmicrodata import MicrodataExtractor  # type: ignore[import-untyped]
+        from extruct.w3cmicrodata import MicrodataExtractor
 
         microdata = MicrodataExtractor()
         return lambda root, base: microdata.extract_items(root, base_url=base)
