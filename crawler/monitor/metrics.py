@@ -231,7 +231,11 @@ class Metrics:
         elif outcome.failure is not None and outcome.failure.transient:
             self.observe_error(domain, "robots")  # robots.txt could not be had: try again later
         for name in outcome.extraction_failures:
-            self.extraction_failures.labels(domain, name).inc()
+            self.observe_extraction_failure(domain, name)
+
+    def observe_extraction_failure(self, domain: str, field: str) -> None:
+        """A page failed extraction: a required `field` was missing, or its parse hook failed."""
+        self.extraction_failures.labels(domain, field).inc()
 
     def observe_skipped(self, domain: str, reason: str) -> None:
         """A page was not fetched by policy (e.g. "max_pages")."""

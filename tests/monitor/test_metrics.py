@@ -54,6 +54,7 @@ def exercised() -> Metrics:
     m.observe_fetch("a.test", 0.2, 200, 1000)
     m.observe_fetch("a.test", 10.0, None, error=FetchTimeout("slow"))
     m.observe_page("a.test", 200, ok=True)
+    m.observe_extraction_failure("a.test", "price")
     m.observe_skipped("a.test", "max_pages")
     m.observe_error("a.test", "internal")
     m.observe_retry("a.test")
