@@ -1,4 +1,4 @@
-"""The command line: `crawler seed|crawl|status|reset|db upgrade` and `crawler-consume`.
+"""The command line: `crawler seed|crawl|status|reset|dead|export|db upgrade` and `crawler-consume`.
 
 Exit codes: 0 done, 1 an unexpected error (a traceback, passwords hidden), 2 bad input or a
 service out of reach (one line on stderr saying which), 3 stopped at once by a second signal,
@@ -16,6 +16,7 @@ import time
 import traceback
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -30,6 +31,7 @@ from crawler.monitor.status import render, status, watch
 from crawler.names import HEARTBEAT_TTL
 from crawler.redact import redact
 from crawler.settings import Settings
+from crawler.sink.export import FORMATS, Query, export, parse_since
 from crawler.sink.sql import migrate
 from crawler.worker import wiring
 from crawler.worker.alongside import background
@@ -230,6 +232,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--yes", action="store_true", help="purge without asking")
     _common(p)
 
+    p = sub.add_parser("export", help="the pages table as JSON lines, CSV or Parquet, streamed")
+    p.add_argument("--format", choices=FORMATS, default="jsonl", help="jsonl (default), csv or parquet")
+    p.add_argument("--domain", help="only this configured domain's pages")
+    p.add_argument("--since", help="only pages fetched at or after this ISO 8601 time (UTC if no offset)")
+    p.add_argument("--out", type=Path, help="file to write (default: stdout; parquet needs a file)")
+    _common(p)
+
     p = sub.add_parser("db", help="database schema")
     p.add_argument("action", choices=["upgrade"])
     _common(p)
@@ -240,6 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--watch and --json do not go together")
     if not _confirmed(args):
         return EXIT_USAGE
+    if args.command == "export":
+        return _export(args)
 
     async def run() -> int:
         settings, config = _settings_and_config(args)
@@ -280,6 +291,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
     return _run(run)
+
+
+def _export(args: argparse.Namespace) -> int:
+    # Reads the database alone: no domains.yaml and no broker are needed to take the data out.
+    try:
+        query = Query(args.domain, parse_since(args.since) if args.since else None)
+        count = export(Settings.from_env().database_url, args.format, args.out, query)
+    except CrawlerError as exc:
+        print(f"crawler: error: {redact(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.out is not None:
+        print(f"{count} pages written to {args.out}", file=sys.stderr)
+    return EXIT_OK
 
 
 def consume_main(argv: Sequence[str] | None = None) -> int:

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import re
-from collections.abc import Mapping
-from functools import cached_property
+from collections.abc import Callable, Mapping
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from cssselect import GenericTranslator, SelectorError
+from cssselect import HTMLTranslator, SelectorError
+from lxml import etree
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -27,16 +30,106 @@ from crawler.errors import ConfigError
 Priority = Annotated[int, Field(ge=0, le=9)]
 
 
-def _check_selectors(value: dict[str, str]) -> dict[str, str]:
-    for name, selector in value.items():
-        try:
-            GenericTranslator().css_to_xpath(selector)
-        except SelectorError as exc:
-            raise ValueError(f"field {name!r}: {selector!r} is not a CSS selector ({exc})") from None
+FieldType = Literal["str", "int", "float", "price", "date", "bool"]
+Structured = Literal["json-ld", "opengraph", "microdata"]
+_TRANSLATOR = HTMLTranslator()
+
+
+def css_to_xpath(selector: str) -> str:
+    """The XPath of a CSS selector, relative to the node it is evaluated on; ValueError if invalid."""
+    try:
+        return _TRANSLATOR.css_to_xpath(selector)
+    except (SelectorError, TypeError) as exc:
+        raise ValueError(f"{selector!r} is not a CSS selector ({exc})") from None
+
+
+def check_xpath(expression: str) -> str:
+    """`expression` if lxml compiles it as XPath; ValueError saying why not."""
+    try:
+        etree.XPath(expression)
+    except etree.XPathSyntaxError as exc:
+        raise ValueError(f"{expression!r} is not an XPath expression ({exc})") from None
+    return expression
+
+
+class FieldRule(BaseModel):
+    """One `extract` field: where its value is (css or xpath), how to read it, what type it has.
+
+    The short form `title: h1` is `{css: h1}`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    css: str | None = None
+    xpath: str | None = None
+    attr: str | None = None  # an attribute's value instead of the text; href/src/... made absolute
+    all: bool = False  # every match, as a list
+    regex: str | None = None  # the first group (or the whole match) of a search in the value
+    type: FieldType = "str"
+    format: str | None = None  # strptime format of a `date`, when it is not one we recognise
+    default: str | int | float | bool | None = None
+    required: bool = False  # a page without it is an extraction failure
+    fields: dict[str, FieldRule] | None = None  # a group: these fields, inside each match
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, value: Any) -> Any:
+        return {"css": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _valid(self) -> FieldRule:
+        if (self.css is None) == (self.xpath is None):
+            raise ValueError("give exactly one of css or xpath")
+        if self.css is not None:
+            css_to_xpath(self.css)
+        if self.xpath is not None:
+            check_xpath(self.xpath)
+        if self.regex is not None:
+            _check_pattern(self.regex)
+        if self.format is not None and self.type != "date":
+            raise ValueError("format applies to type: date only")
+        if self.fields is not None:
+            if self.attr is not None or self.regex is not None or self.type != "str":
+                raise ValueError("a group (fields) takes no attr, regex or type: its fields do")
+            if not self.fields:
+                raise ValueError("fields: a group needs at least one field")
+        return self
+
+
+def _short_forms(value: Any) -> Any:
+    # The YAML `extract: {title: h1}` of old: a bare selector string is a CSS field.
+    if isinstance(value, Mapping):
+        return {name: {"css": rule} if isinstance(rule, str) else rule for name, rule in value.items()}
     return value
 
 
-Selectors = Annotated[dict[str, str], AfterValidator(_check_selectors)]
+Selectors = Annotated[dict[str, FieldRule], BeforeValidator(_short_forms)]
+
+
+@lru_cache(maxsize=256)
+def import_hook(ref: str) -> Callable[..., Any]:
+    """The function named by "package.module:function"; ValueError saying why it cannot be had."""
+    module_name, colon, attr = ref.partition(":")
+    if not colon or not module_name or not attr:
+        raise ValueError(f"{ref!r}: write a parse hook as package.module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # the module's own code may raise anything while importing
+        raise ValueError(f"{ref!r}: cannot import {module_name} ({type(exc).__name__}: {exc})") from None
+    target: Any = module
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+    if not callable(target):
+        raise ValueError(f"{ref!r}: {module_name} has no function {attr}")
+    return target  # type: ignore[no-any-return]
+
+
+def _check_hook(ref: str) -> str:
+    import_hook(ref)
+    return ref
+
+
+Hook = Annotated[str, AfterValidator(_check_hook)]
 
 
 def _check_pattern(value: str) -> str:
@@ -54,6 +147,15 @@ class PriorityRule(BaseModel):
 
     match: Annotated[str, AfterValidator(_check_pattern)]
     priority: Annotated[int, Field(ge=0, le=9)]
+
+
+class ParseRule(BaseModel):
+    """Pages whose path and query match `match` (a regular expression) go through the hook `parse`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    match: Annotated[str, AfterValidator(_check_pattern)]
+    parse: Hook
 
 
 class _Strict(BaseModel):
@@ -115,6 +217,10 @@ class Rules(_Strict):
     fetch_rules: tuple[FetchRule, ...] = ()
     max_credits: float | None = Field(None, gt=0)  # fetch-service credits per domain per crawl
 
+    structured: tuple[Structured, ...] = ()
+    parse: Hook | None = None
+    parsers: tuple[ParseRule, ...] = ()  # per URL; the first match wins over `parse`
+
     def fetch_for(self, url: str) -> FetchSpec:
         """How `url` is fetched: the first fetch rule found in its path and query, else `fetch`."""
         if self.fetch_rules:
@@ -154,6 +260,9 @@ class DomainRules(_Strict):
     fetch: FetchSpec | None = None
     fetch_rules: tuple[FetchRule, ...] | None = None
     max_credits: float | None = Field(None, gt=0)
+    structured: tuple[Structured, ...] | None = None
+    parse: Hook | None = None
+    parsers: tuple[ParseRule, ...] | None = None
 
 
 def _valid_domain(name: str) -> str:

@@ -103,3 +103,7 @@ class BackendBudgetExhausted(BackendHalt):
 
 class SinkError(CrawlerError):
     """A write to the database failed."""
+
+
+class HookFailed(CrawlerError):
+    """A parse hook raised, returned something unusable, or overran the page's deadline."""

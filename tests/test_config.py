@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from crawler.config import DedupConfig, load_config, parse_config, with_dedup_mode
+from crawler.config import DedupConfig, FieldRule, load_config, parse_config, with_dedup_mode
 from crawler.errors import ConfigError
 from crawler.settings import Settings
 from tests.support.services import crawler_command
@@ -31,7 +34,7 @@ domains:
     assert config.rules["shop.test"].rate == 7
     assert config.rules["shop.test"].retry_delays == (2, 4)
     assert config.rules["other.test"].rate == 3
-    assert config.rules["shop.test"].extract == {"title": "h1"}
+    assert config.rules["shop.test"].extract == {"title": FieldRule(css="h1")}  # the short form
 
 
 @pytest.mark.parametrize(
@@ -179,3 +182,97 @@ def test_a_bad_crawler_dedup_is_one_line_naming_the_variable(tmp_path: Path) -> 
     assert result.returncode == 2
     assert "CRAWLER_DEDUP" in result.stderr and "'plain', 'compact' or 'bloom'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("extract", "fragments"),
+    [
+        (
+            {"price": {"css": "p[", "type": "price"}},
+            ["domains.shop.test.extract.price", "not a CSS selector"],
+        ),
+        ({"price": {"xpath": "//p[@class="}}, ["domains.shop.test.extract.price", "not an XPath expression"]),
+        ({"price": {"css": "p", "type": "money"}}, ["extract.price.type", "'price'"]),
+        ({"price": {"css": "p", "xpath": "//p"}}, ["extract.price", "exactly one of css or xpath"]),
+        ({"price": {"type": "price"}}, ["extract.price", "exactly one of css or xpath"]),
+        ({"price": {"css": "p", "regex": "(unclosed"}}, ["extract.price", "not a regular expression"]),
+        ({"price": {"css": "p", "colour": "red"}}, ["extract.price.colour", "unknown key"]),
+        ({"price": {"css": "p", "format": "%d"}}, ["extract.price", "type: date only"]),
+        (
+            {"reviews": {"css": ".r", "fields": {"stars": {"css": "x[", "type": "int"}}}},
+            ["extract.reviews.fields.stars", "not a CSS selector"],
+        ),
+        ({"reviews": {"css": ".r", "type": "int", "fields": {"a": "b"}}}, ["extract.reviews", "group"]),
+    ],
+)
+def test_invalid_fields_name_the_domain_the_field_and_what_is_wrong(
+    extract: dict[str, Any], fragments: list[str]
+) -> None:
+    text = yaml.safe_dump({"domains": {"shop.test": {"extract": extract}}})
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "d.yaml")
+    message = str(info.value)
+    assert message.startswith("d.yaml: invalid configuration")
+    for fragment in fragments:
+        assert fragment in message
+
+
+@pytest.mark.parametrize(
+    ("rules", "fragments"),
+    [
+        (
+            {"parse": "tests.parse.nowhere:fn"},
+            ["domains.shop.test.parse", "cannot import tests.parse.nowhere"],
+        ),
+        ({"parse": "tests.parse.hooks:missing"}, ["domains.shop.test.parse", "has no function missing"]),
+        ({"parse": "tests.parse.hooks:NOT_CALLABLE"}, ["parse", "has no function NOT_CALLABLE"]),
+        ({"parse": "tests.parse.hooks"}, ["parse", "package.module:function"]),
+        ({"parsers": [{"match": "^/p/", "parse": "nope:fn"}]}, ["domains.shop.test.parsers.0.parse", "nope"]),
+        ({"parsers": [{"match": "(", "parse": "tests.parse.hooks:raises"}]}, ["parsers.0.match"]),
+        ({"structured": ["json-ld", "rdfa"]}, ["domains.shop.test.structured.1", "'microdata'"]),
+    ],
+)
+def test_invalid_hooks_and_structured_are_refused(rules: dict[str, Any], fragments: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(yaml.safe_dump({"domains": {"shop.test": rules}}), "d.yaml")
+    for fragment in fragments:
+        assert fragment in str(info.value)
+
+
+def test_the_full_field_language_loads() -> None:
+    config = parse_config(
+        """
+defaults: {structured: [json-ld]}
+domains:
+  shop.test:
+    parse: tests.parse.hooks:plain_dict
+    parsers: [{match: "^/product/", parse: "tests.parse.hooks:fields_and_links"}]
+    extract:
+      title: h1
+      price: {css: .price, type: price, required: true}
+      images: {css: img, attr: src, all: true}
+      sku: {xpath: "//p[@class='sku']", regex: 'SKU: (\\S+)'}
+      reviews: {css: .review, all: true, fields: {author: .author, rating: {css: .stars, type: int}}}
+"""
+    )
+    rules = config.rules["shop.test"]
+    assert rules.structured == ("json-ld",)
+    assert rules.extract["price"].required and rules.extract["price"].type == "price"
+    assert rules.extract["reviews"].fields is not None
+    assert rules.extract["reviews"].fields["author"] == FieldRule(css=".author")
+    assert rules.parsers[0].parse == "tests.parse.hooks:fields_and_links"
+
+
+def test_a_bad_hook_exits_2_naming_the_domain(tmp_path: Path) -> None:
+    path = tmp_path / "d.yaml"
+    path.write_text("domains: {shop.test: {parse: 'tests.parse.nowhere:fn'}}\n")
+    result = subprocess.run(
+        crawler_command("crawler", "seed", "--config", str(path), "https://shop.test/"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=REPO,
+    )
+    assert result.returncode == 2
+    assert "domains.shop.test.parse" in result.stderr and "cannot import" in result.stderr

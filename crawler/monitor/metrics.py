@@ -85,6 +85,8 @@ class Visited(Protocol):
     def rate_wait(self) -> float: ...
     @property
     def fetched(self) -> _Fetch | None: ...
+    @property
+    def extraction_failures(self) -> tuple[str, ...]: ...
 
 
 OutcomeKind = Literal["ok", "failed", "dead", "retried", "invalid", "skipped"]
@@ -127,6 +129,13 @@ class Metrics:
             "crawler_pages",
             "Pages crawled to a final outcome (stored), by domain, HTTP status class and outcome",
             ["domain", "status_class", "outcome"],
+            registry=r,
+        )
+        self.extraction_failures = Counter(
+            "crawler_extraction_failures",
+            "Pages stored as failed because a required field was missing (field) or the parse hook "
+            'failed (field="(parse hook)")',
+            ["domain", "field"],
             registry=r,
         )
         self.fetch_seconds = Histogram(
@@ -244,6 +253,12 @@ class Metrics:
             )
         elif outcome.failure is not None and outcome.failure.transient:
             self.observe_error(domain, "robots")  # robots.txt could not be had: try again later
+        for name in outcome.extraction_failures:
+            self.observe_extraction_failure(domain, name)
+
+    def observe_extraction_failure(self, domain: str, field: str) -> None:
+        """A page failed extraction: a required `field` was missing, or its parse hook failed."""
+        self.extraction_failures.labels(domain, field).inc()
 
     def observe_outcome(
         self, domain: str, kind: OutcomeKind, status: int | None = None, reason: str = "max_pages"

@@ -1,16 +1,19 @@
-"""The parser: links, title and per-domain fields out of an HTML page, via lxml."""
+"""The parser: links, title and per-domain fields out of an HTML page, via lxml.
+
+The field language is crawler/parse/fields.py, structured data crawler/parse/structured.py.
+"""
 
 from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TypeAlias
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from cssselect import HTMLTranslator, SelectorError
+from charset_normalizer import from_bytes
 from lxml import etree
 from w3lib.encoding import (
     html_body_declared_encoding,
@@ -20,11 +23,14 @@ from w3lib.encoding import (
     to_unicode,
 )
 
-Fields: TypeAlias = Mapping[str, etree.XPath]
+from crawler.parse.fields import Fields, compile_fields, extract_fields
+from crawler.parse.structured import extract_structured
+
+__all__ = ["Extracted", "Fields", "charset_from_content_type", "compile_fields", "extract"]
 
 MAX_HREF = 4096
 MAX_TITLE = 1000
-MAX_FIELD = 10_000
+DETECT_BYTES = 64 * 1024  # enough text to tell an encoding; detection costs ~1 ms per 30 KB
 
 # Codecs a hostile charset label could pick to smuggle markup, burn CPU or always fail.
 _UNSAFE_CODECS = frozenset(
@@ -33,8 +39,6 @@ _UNSAFE_CODECS = frozenset(
 _LINKS = etree.XPath("//a/@href | //area/@href", smart_strings=False)
 _BASE = etree.XPath("string((//base[@href])[1]/@href)", smart_strings=False)
 _TITLE = etree.XPath("string((//title)[1])", smart_strings=False)
-_TEXT = etree.XPath("string()", smart_strings=False)
-_TRANSLATOR = HTMLTranslator()
 # An href that urljoin copies through unchanged: no whitespace or control characters (which it strips),
 # no brackets (which it validates), no path parameters (";", which it splits off), no empty query or
 # fragment (which it drops).
@@ -43,24 +47,16 @@ _PLAIN_HREF = re.compile(r"([^\x00-\x20\x7f\[\];?#]*)(?:\?[^\x00-\x20\x7f#]+)?(?
 
 @dataclass(frozen=True, slots=True)
 class Extracted:
-    """What a page yields: its title, its absolute http(s) links and its domain's fields."""
+    """What a page yields: its title, its absolute http(s) links and its domain's fields.
+
+    `root` is the parsed tree (None if the body was no HTML), for a parse hook.
+    """
 
     title: str | None
     links: list[str]
-    data: dict[str, str | None]
-
-
-def compile_fields(fields: Mapping[str, str]) -> Fields:
-    """Compile a CSS selector per field; raise ValueError naming the field if one is invalid."""
-    compiled = {}
-    for name, selector in fields.items():
-        try:
-            # Wrapping in (...)[1] lets libxml2 stop at the first match.
-            xpath = f"({_TRANSLATOR.css_to_xpath(selector)})[1]"
-            compiled[name] = etree.XPath(xpath, smart_strings=False)
-        except (SelectorError, etree.XPathError, TypeError) as exc:
-            raise ValueError(f"field {name!r}: invalid CSS selector {selector!r}: {exc}") from exc
-    return compiled
+    data: dict[str, Any]
+    root: etree._Element | None = field(default=None, repr=False, compare=False)
+    base: str = field(default="", repr=False, compare=False)  # the URL relative links resolve against
 
 
 @lru_cache(maxsize=256)  # a site sends the same header with every page
@@ -77,16 +73,23 @@ def extract(
     charset: str | None = None,
     fields: Fields | None = None,
     max_links: int = 5000,
+    structured: Sequence[str] = (),
 ) -> Extracted:
     """Parse `body` fetched from `url`; never raises on malformed or hostile input."""
     fields = fields or {}
     root = _parse(body, charset)
     if root is None:
-        return Extracted(title=None, links=[], data=dict.fromkeys(fields))
+        return Extracted(title=None, links=[], data={name: f.default for name, f in fields.items()})
+    base = _base(root, url)
+    data = extract_fields(root, base, fields) if fields else {}
+    if structured:
+        data["structured"] = extract_structured(root, base, structured)
     return Extracted(
         title=_normalise(_TITLE(root), MAX_TITLE),
-        links=_links(root, url, max_links),
-        data={name: _field(root, xpath) for name, xpath in fields.items()},
+        links=_links(root, base, max_links),
+        data=data,
+        root=root,
+        base=base,
     )
 
 
@@ -109,11 +112,21 @@ def _parse(body: bytes, charset: str | None) -> etree._Element | None:
     if encoding and bom:
         body = body[len(bom) :]
     else:
-        encoding = (charset and _codec(charset)) or _declared(body) or "utf-8"
-    try:
-        text = to_unicode(body, encoding)
-    except (LookupError, UnicodeError):
-        text = body.decode("utf-8", "replace")
+        encoding = (charset and _codec(charset)) or _declared(body)
+    data: bytes | None = None
+    if encoding in (None, "utf-8"):
+        try:
+            body.decode("utf-8")
+            data = body  # valid UTF-8 as it is: no decoding and re-encoding
+        except UnicodeDecodeError:
+            # Undeclared and not UTF-8: a legacy encoding, found by detection.
+            encoding = encoding or _detect(body) or "utf-8"
+    if data is None:
+        try:
+            text = to_unicode(body, encoding or "utf-8")
+        except (LookupError, UnicodeError):
+            text = body.decode("utf-8", "replace")
+        data = text.encode("utf-8")
     # Re-encoding lets lxml parse a known encoding, ignoring lying <meta> or <?xml?> declarations.
     # A parser per call costs ~1 us and is never shared between threads.
     parser = etree.HTMLParser(
@@ -126,9 +139,24 @@ def _parse(body: bytes, charset: str | None) -> etree._Element | None:
         collect_ids=False,  # nothing looks up ids; hashing them is wasted time
     )
     try:
-        return etree.fromstring(text.encode("utf-8"), parser)
+        return etree.fromstring(data, parser)
     except (etree.LxmlError, ValueError):
         return None
+
+
+def _detect(body: bytes) -> str | None:
+    """The legacy encoding of an undeclared page that is not UTF-8, by charset-normalizer."""
+    matches = from_bytes(body[:DETECT_BYTES])
+    best = matches.best()
+    if best is None:
+        return None
+    # Western single-byte text fits cp1250, cp1252 and cp1257 about equally (the accented letters
+    # are the few bytes that differ); cp1252 is by far the web's commonest, and what browsers
+    # fall back to, so a near-tie goes to it.
+    for match in matches:
+        if match.encoding == "cp1252" and match.chaos <= best.chaos + 0.05:
+            return "cp1252"
+    return _codec(best.encoding)
 
 
 def _declared(body: bytes) -> str | None:
@@ -136,15 +164,19 @@ def _declared(body: bytes) -> str | None:
     return _codec(label) if label else None
 
 
-def _links(root: etree._Element, url: str, max_links: int) -> list[str]:
-    base = url
+def _base(root: etree._Element, url: str) -> str:
+    joined: str
     if href := _BASE(root).strip():
         try:
             joined = urljoin(url, href)
         except ValueError:
             joined = ""
         if _is_http(joined):
-            base = joined
+            return joined
+    return url
+
+
+def _links(root: etree._Element, base: str, max_links: int) -> list[str]:
     join = _Joiner(base).join
     tried: set[str] = set()
     links: dict[str, None] = {}
@@ -205,17 +237,6 @@ class _Joiner:
         elif ":" not in path.partition("/")[0]:  # a colon there would make it a scheme
             return self._directory + href
         return urljoin(self._base, href)
-
-
-def _field(root: etree._Element, xpath: etree.XPath) -> str | None:
-    try:
-        found = xpath(root)
-    except etree.XPathError:
-        return None
-    # Only an element has text; a caller's own XPath may yield strings or numbers.
-    if not isinstance(found, list) or not found or not isinstance(found[0], etree._Element):
-        return None
-    return _normalise(_TEXT(found[0]), MAX_FIELD)
 
 
 def _is_http(url: str) -> bool:

@@ -62,7 +62,7 @@ class PageRecord:
     content_type: str | None = None
     error: str | None = None
     title: str | None = None
-    data: dict[str, str | None] | None = None
+    data: dict[str, Any] | None = None
     fetched_at: datetime = field(default_factory=_utcnow)
     credits: float = 0.0  # what the fetch service charged for the last attempt (direct: 0)
     exit_id: str | None = None  # the fetch service's exit that carried it, by id (never its URL)
@@ -101,7 +101,7 @@ class Page(Base):
     error: Mapped[str | None] = mapped_column(Text)
     depth: Mapped[int] = mapped_column(Integer)
     title: Mapped[str | None] = mapped_column(Text)
-    data: Mapped[dict[str, str | None] | None] = mapped_column(JSON)
+    data: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     fetched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     attempts: Mapped[int] = mapped_column(Integer)
     credits: Mapped[float] = mapped_column(Float, server_default="0")
@@ -182,8 +182,19 @@ def _text(value: str | None, limit: int | None = None) -> str | None:
     return value.replace("\x00", "\ufffd")[:limit]
 
 
+def _json(value: Any) -> Any:
+    # Fields are text, numbers, lists and groups now: clean the text wherever it sits.
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, dict):
+        return {_text(str(k)) or "": _json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json(v) for v in value]
+    return value
+
+
 def _record_row(record: PageRecord) -> dict[str, Any]:
-    data = record.data and {_text(k) or "": _text(v) for k, v in record.data.items()}
+    data = record.data and _json(record.data)
     return {
         "url": _text(record.url),
         "final_url": _text(record.final_url),

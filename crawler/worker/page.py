@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from crawler.config import Rules
-from crawler.errors import BackendHalt, BadURL, FetchError, Refused, TooManyRedirects
+from crawler.errors import BackendHalt, BadURL, FetchError, HookFailed, Refused, TooManyRedirects
 from crawler.fetch.fetcher import Fetcher, Response
 from crawler.fetch.ratelimit import Budget, RateLimiter
 from crawler.fetch.robots import Robots
@@ -20,6 +20,8 @@ from crawler.frontier.retry import Failure, from_error, from_status, parse_retry
 from crawler.frontier.scope import Scope
 from crawler.frontier.urls import fingerprint, host_of
 from crawler.parse.extract import Fields, charset_from_content_type, extract
+from crawler.parse.fields import missing_required
+from crawler.parse.hooks import HookPage, hook_for, run_hook
 from crawler.sink.sql import PageRecord
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,10 @@ class Outcome:
     rate_wait: float = 0.0
     fetched: Fetched | None = None  # None when robots.txt kept the page from being fetched
     redirect: str | None = None  # the canonical target of a redirect, to route like a link
+    extraction_failures: tuple[str, ...] = ()  # required fields missing, or PARSE_HOOK if its hook failed
+
+
+PARSE_HOOK = "(parse hook)"  # the `field` label of a failed parse hook in crawler_extraction_failures_total
 
 
 def hop_id(url: str) -> str:
@@ -146,9 +152,29 @@ class Visitor:
             charset=charset_from_content_type(response.content_type),
             fields=fields,
             max_links=rules.max_links,
+            structured=rules.structured,
         )
-        page_record = replace(record, title=page.title, data=page.data or None)
-        return Outcome(page_record, page.links, None, waited, fetched)
+        data, links = page.data, page.links
+        hook = hook_for(rules, record.url)
+        if hook is not None and page.root is not None:
+            view = HookPage(response.final_url, response.status_code, response.headers, page.root, data)
+            remaining = max(rules.timeout - (time.monotonic() - started), 0.1)
+            try:
+                parsed = await run_hook(hook, view, remaining, rules.max_links)
+            except HookFailed as exc:
+                failure = Failure("permanent", str(exc), response.status_code)
+                failed = replace(record, title=page.title, data=data or None, error=failure.error)
+                return Outcome(failed, links, failure, waited, fetched, extraction_failures=(PARSE_HOOK,))
+            data = {**data, **parsed.fields}
+            links = list(dict.fromkeys([*links, *parsed.links]))
+        page_record = replace(record, title=page.title, data=data or None)
+        if missing := missing_required(fields, data):
+            names = ", ".join(repr(name) for name in missing)
+            error = f"extraction: required field{'s' if len(missing) > 1 else ''} {names} missing"
+            failure = Failure("permanent", error, response.status_code)
+            failed = replace(page_record, error=error)
+            return Outcome(failed, links, failure, waited, fetched, extraction_failures=tuple(missing))
+        return Outcome(page_record, links, None, waited, fetched)
 
     def _redirected(
         self,

@@ -56,6 +56,7 @@ def exercised() -> Metrics:
     m.observe_fetch("a.test", 0.2, 200, 1000)
     m.observe_fetch("a.test", 10.0, None, error=FetchTimeout("slow"))
     m.observe_outcome("a.test", "ok", 200)
+    m.observe_extraction_failure("a.test", "price")
     m.observe_outcome("a.test", "skipped")
     m.observe_error("a.test", "internal")
     m.observe_outcome("a.test", "retried")

@@ -1,0 +1,254 @@
+"""`crawler export`: the pages table as JSON lines, CSV or Parquet, streamed in constant memory.
+
+Rows come from a server-side cursor (PostgreSQL) or SQLite's own stepping cursor, BATCH at a time.
+CSV and Parquet put each `data` field in a column of its own; knowing the columns takes a first
+pass over `data` alone, which holds only the set of field names and their types.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from sqlalchemy import Select, select
+from sqlalchemy.exc import DBAPIError
+
+from crawler.errors import ConfigError, SinkError
+from crawler.sink.sql import Page, create_sink_engine, engine_url
+
+FORMATS = ("jsonl", "csv", "parquet")
+BATCH = 2_000
+COLUMNS = (
+    "id",
+    "url",
+    "final_url",
+    "domain",
+    "status_code",
+    "content_type",
+    "error",
+    "depth",
+    "title",
+    "fetched_at",
+    "attempts",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """Which rows to export: one domain's (None: all), fetched at or after `since` (None: any time)."""
+
+    domain: str | None = None
+    since: datetime | None = None
+
+
+@dataclass(slots=True)
+class _FieldColumns:
+    """The `data` fields seen in a first pass, in order of appearance, with the kinds of their values."""
+
+    kinds: dict[str, set[str]] = field(default_factory=dict)
+
+    def see(self, data: Any) -> None:
+        if not isinstance(data, dict):
+            return
+        for key, value in data.items():
+            self.kinds.setdefault(key, set()).add(_kind(value))
+
+    def names(self) -> dict[str, str]:
+        """Field -> its column's name (a field named like a fixed column gets a `data.` prefix)."""
+        return {key: f"data.{key}" if key in COLUMNS else key for key in self.kinds}
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    return "json"  # lists and groups: JSON text in a CSV cell or Parquet string
+
+
+def export(database_url: str, fmt: str, out: Path | None, query: Query = Query(), batch: int = BATCH) -> int:
+    """Write the selected rows to `out` (stdout if None) in `fmt`; return how many were written."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if fmt == "parquet":
+        _need_pyarrow()
+        if out is None:
+            raise ConfigError("--format parquet writes a file: give --out FILE")
+    url = engine_url(database_url)
+    engine = create_sink_engine(url)
+    try:
+        with ExitStack() as stack:
+            if fmt == "parquet":
+                assert out is not None
+                return _parquet(engine, query, out, batch)
+            if out is None:
+                stream: IO[str] = sys.stdout
+            else:
+                stream = stack.enter_context(out.open("w", encoding="utf-8", newline=""))
+            if fmt == "jsonl":
+                return _jsonl(engine, query, stream, batch)
+            return _csv(engine, query, stream, batch)
+    except DBAPIError as exc:
+        text = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+        raise SinkError(f"exporting from {url.render_as_string(hide_password=True)} failed: {text}") from exc
+    finally:
+        engine.dispose()
+
+
+def _select(query: Query, *columns: Any) -> Select[Any]:
+    stmt = select(*columns).order_by(Page.id)
+    if query.domain is not None:
+        stmt = stmt.where(Page.domain == query.domain.lower().rstrip("."))
+    if query.since is not None:
+        stmt = stmt.where(Page.fetched_at >= query.since.astimezone(UTC))
+    return stmt
+
+
+def _rows(engine: Any, stmt: Select[Any], batch: int) -> Iterator[Sequence[Any]]:
+    # stream_results: a server-side cursor on PostgreSQL, so the driver never holds the whole result.
+    with engine.connect() as conn:
+        result = conn.execution_options(stream_results=True, yield_per=batch).execute(stmt)
+        for part in result.partitions():
+            yield from part
+
+
+def _record_columns() -> list[Any]:
+    return [getattr(Page, name) for name in COLUMNS] + [Page.data]
+
+
+def _plain(name: str, value: Any) -> Any:
+    if name == "fetched_at" and isinstance(value, datetime):
+        # SQLite hands back naive times; every stored time is UTC (see PageRecord).
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+    return value
+
+
+def _jsonl(engine: Any, query: Query, stream: IO[str], batch: int) -> int:
+    count = 0
+    for row in _rows(engine, _select(query, *_record_columns()), batch):
+        record = {name: _plain(name, value) for name, value in zip(COLUMNS, row, strict=False)}
+        record["data"] = row[-1]
+        stream.write(json.dumps(record, ensure_ascii=False))
+        stream.write("\n")
+        count += 1
+    return count
+
+
+def _field_columns(engine: Any, query: Query, batch: int) -> _FieldColumns:
+    fields = _FieldColumns()
+    for (data,) in _rows(engine, _select(query, Page.data), batch):
+        fields.see(data)
+    return fields
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, list | dict):
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def _csv(engine: Any, query: Query, stream: IO[str], batch: int) -> int:
+    names = _field_columns(engine, query, batch).names()
+    writer = csv.writer(stream)
+    writer.writerow([*COLUMNS, *names.values()])
+    count = 0
+    for row in _rows(engine, _select(query, *_record_columns()), batch):
+        data = row[-1] if isinstance(row[-1], dict) else {}
+        fixed = [_plain(name, value) for name, value in zip(COLUMNS, row, strict=False)]
+        writer.writerow([*fixed, *(_cell(data.get(key)) for key in names)])
+        count += 1
+    return count
+
+
+def _need_pyarrow() -> None:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "--format parquet needs pyarrow, which is an extra: pip install 'crawler[parquet]'"
+        ) from None
+
+
+def _parquet(engine: Any, query: Query, out: Path, batch: int) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    fields = _field_columns(engine, query, batch)
+    names = fields.names()
+    fixed_types = {
+        "id": pa.int64(),
+        "status_code": pa.int32(),
+        "depth": pa.int32(),
+        "attempts": pa.int32(),
+        "fetched_at": pa.timestamp("us", tz="UTC"),
+    }
+    schema_fields = [pa.field(name, fixed_types.get(name, pa.string())) for name in COLUMNS]
+    converters: list[Any] = []
+    for key, column in names.items():
+        kinds = fields.kinds[key] - {"null"}
+        converter: Callable[[Any], Any] | None
+        if kinds == {"bool"}:
+            kind, converter = pa.bool_(), None
+        elif kinds and kinds <= {"int"}:
+            kind, converter = pa.int64(), None
+        elif kinds and kinds <= {"int", "float"}:
+            kind, converter = pa.float64(), _to_float
+        else:  # text, lists, groups or a mix: text, JSON where it is not a string already
+            kind, converter = pa.string(), _to_text
+        schema_fields.append(pa.field(column, kind))
+        converters.append(converter)
+    schema = pa.schema(schema_fields)
+    count = 0
+    with pq.ParquetWriter(out, schema, compression="zstd") as writer:
+        columns: list[list[Any]] = [[] for _ in schema_fields]
+        for row in _rows(engine, _select(query, *_record_columns()), batch):
+            for i, value in enumerate(row[:-1]):
+                if COLUMNS[i] == "fetched_at" and isinstance(value, datetime) and value.tzinfo is None:
+                    value = value.replace(tzinfo=UTC)
+                columns[i].append(value)
+            data = row[-1] if isinstance(row[-1], dict) else {}
+            for j, (key, convert) in enumerate(zip(names, converters, strict=True)):
+                value = data.get(key)
+                columns[len(COLUMNS) + j].append(convert(value) if convert and value is not None else value)
+            count += 1
+            if len(columns[0]) >= batch:
+                writer.write_batch(pa.record_batch(columns, schema=schema))
+                columns = [[] for _ in schema_fields]
+        if columns[0] or count == 0:
+            writer.write_batch(pa.record_batch(columns, schema=schema))
+    return count
+
+
+def _to_float(value: Any) -> float:
+    return float(value)
+
+
+def _to_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def parse_since(text: str) -> datetime:
+    """An ISO 8601 date or time for --since; a time without an offset is UTC."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(
+            f"--since {text!r}: expected an ISO 8601 date or time, e.g. 2024-05-01T08:00"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+__all__ = ["FORMATS", "Query", "export", "parse_since"]

@@ -1,0 +1,219 @@
+"""`crawler export`: JSON lines, CSV and Parquet from the sink, filtered, streamed in bounded memory."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sqlite3
+import subprocess
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from crawler.errors import ConfigError
+from crawler.sink.export import Query, export, parse_since
+from crawler.sink.sql import PageRecord, Sink, migrate
+from tests.support.services import crawler_command
+
+T0 = datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
+MB = 1024 * 1024
+
+
+def records() -> list[PageRecord]:
+    return [
+        PageRecord(
+            url="https://shop.test/p/1",
+            domain="shop.test",
+            depth=1,
+            attempts=1,
+            status_code=200,
+            title="Lamp",
+            data={"name": "Lamp", "price": 1299.0, "stock": 3, "tags": ["a", "b"], "title": "T"},
+            fetched_at=T0,
+        ),
+        PageRecord(
+            url="https://shop.test/p/2",
+            domain="shop.test",
+            depth=1,
+            attempts=2,
+            status_code=200,
+            error="extraction: required field 'price' missing",
+            data={"name": 'Desk, "oak"', "price": None, "stock": 1, "reviews": [{"a": "Ann", "r": 5}]},
+            fetched_at=T0 + timedelta(hours=1),
+        ),
+        PageRecord(
+            url="https://blog.test/",
+            domain="blog.test",
+            depth=0,
+            attempts=1,
+            status_code=404,
+            error="HTTP 404",
+            fetched_at=T0 + timedelta(hours=2),
+        ),
+    ]
+
+
+@pytest.fixture
+async def filled(database_url: str) -> str:
+    migrate(database_url)
+    sink = Sink(database_url)
+    try:
+        await sink.store_many(records())
+    finally:
+        sink.close()
+    return database_url
+
+
+def test_jsonl(filled: str, tmp_path: Path) -> None:
+    out = tmp_path / "pages.jsonl"
+    assert export(filled, "jsonl", out, batch=2) == 3
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["url"] for r in rows] == sorted(r.url for r in records())  # stored in url order
+    lamp = next(r for r in rows if r["url"].endswith("/1"))
+    assert lamp["data"]["price"] == 1299.0 and lamp["data"]["tags"] == ["a", "b"]
+    assert lamp["fetched_at"] == "2024-05-01T08:00:00+00:00"
+    assert lamp["error"] is None and lamp["status_code"] == 200
+
+
+def test_csv_has_a_column_per_field(filled: str, tmp_path: Path) -> None:
+    out = tmp_path / "pages.csv"
+    assert export(filled, "csv", out, Query(domain="shop.test"), batch=1) == 2
+    with out.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0])[-6:] == ["name", "price", "stock", "tags", "data.title", "reviews"]
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["Lamp"]["price"] == "1299.0" and by_name["Lamp"]["tags"] == '["a", "b"]'
+    assert by_name["Lamp"]["data.title"] == "T" and by_name["Lamp"]["title"] == "Lamp"
+    desk = by_name['Desk, "oak"']
+    assert desk["price"] == "" and json.loads(desk["reviews"]) == [{"a": "Ann", "r": 5}]
+    assert desk["error"] == "extraction: required field 'price' missing"
+
+
+def test_parquet_has_typed_columns(filled: str, tmp_path: Path) -> None:
+    out = tmp_path / "pages.parquet"
+    assert export(filled, "parquet", out, batch=2) == 3
+    table = pq.read_table(out)
+    assert table.num_rows == 3
+    assert str(table.schema.field("price").type) == "double"
+    assert str(table.schema.field("stock").type) == "int64"
+    assert str(table.schema.field("tags").type) == "string"
+    assert str(table.schema.field("fetched_at").type) == "timestamp[us, tz=UTC]"
+    rows = {r["url"]: r for r in table.to_pylist()}
+    assert rows["https://shop.test/p/1"]["stock"] == 3
+    assert rows["https://shop.test/p/1"]["fetched_at"] == T0
+    assert rows["https://blog.test/"]["price"] is None
+
+
+def test_filters(filled: str, tmp_path: Path) -> None:
+    out = tmp_path / "x.jsonl"
+    assert export(filled, "jsonl", out, Query(domain="blog.test")) == 1
+    assert export(filled, "jsonl", out, Query(since=T0 + timedelta(minutes=30))) == 2
+    assert export(filled, "jsonl", out, Query("shop.test", T0 + timedelta(minutes=30))) == 1
+    assert export(filled, "csv", out, Query(domain="none.test")) == 0
+
+
+def test_bad_requests_are_config_errors(sqlite_url: str) -> None:
+    with pytest.raises(ConfigError, match="give --out FILE"):
+        export(sqlite_url, "parquet", None)
+    with pytest.raises(ConfigError, match="ISO 8601"):
+        parse_since("last tuesday")
+    assert parse_since("2024-05-01") == datetime(2024, 5, 1, tzinfo=UTC)
+
+
+# -- 200,000 rows in bounded memory --------------------------------------------------------------
+
+
+def fill_sqlite(path: Path, rows: int) -> None:
+    migrate(f"sqlite:///{path}")
+    data = {
+        "name": "x" * 200,
+        "price": 12.5,
+        "stock": 7,
+        "tags": ["lighting", "desk", "home"],
+        "reviews": [{"author": "Ann", "rating": 5, "text": "y" * 120}],
+    }
+    blob = json.dumps(data)
+    fetched = T0.isoformat(sep=" ")
+    with sqlite3.connect(path) as conn:
+        conn.executemany(
+            "INSERT INTO pages (url, final_url, domain, status_code, content_type, error, depth, title,"
+            " data, fetched_at, attempts) VALUES (?, ?, 'shop.test', 200, 'text/html', NULL, 1, ?, ?, ?, 1)",
+            (
+                (
+                    f"https://shop.test/p/{i}",
+                    f"https://shop.test/p/{i}",
+                    f"Product {i} " + "t" * 80,
+                    blob,
+                    fetched,
+                )
+                for i in range(rows)
+            ),
+        )
+
+
+def export_rss(db: Path, fmt: str, out: Path) -> tuple[int, float]:
+    """Run `crawler export` in a process of its own: (peak resident bytes, seconds)."""
+    env = {**os.environ, "CRAWLER_DATABASE_URL": f"sqlite:///{db}"}
+    argv = crawler_command("crawler", "export", "--format", fmt, "--out", str(out))
+    started = time.monotonic()
+    with out.with_suffix(".stderr").open("w") as stderr:
+        process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert process.returncode == 0, out.with_suffix(".stderr").read_text()
+    return usage.ru_maxrss * 1024, time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("export")
+    small, big = root / "small.db", root / "big.db"
+    fill_sqlite(small, 2_000)
+    fill_sqlite(big, 200_000)
+    return {"small": small, "big": big}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_a_200000_row_table_exports_in_bounded_memory(
+    tables: dict[str, Path], tmp_path: Path, fmt: str
+) -> None:
+    table_bytes = tables["big"].stat().st_size
+    assert table_bytes > 100 * MB  # so a non-streaming export could not hide under the bound
+    small_rss, _ = export_rss(tables["small"], fmt, tmp_path / f"small.{fmt}")
+    big_rss, seconds = export_rss(tables["big"], fmt, tmp_path / f"big.{fmt}")
+    peaks = f"2,000 rows {small_rss / MB:.0f} MB, 200,000 rows {big_rss / MB:.0f} MB"
+    print(f"{fmt}: peak RSS {peaks}; {table_bytes / MB:.0f} MB table exported in {seconds:.1f}s")
+    # A hundred times the rows, ~the same memory: growth is a fraction of the table's size.
+    assert big_rss - small_rss < 40 * MB, (small_rss, big_rss)
+    if fmt == "jsonl":
+        with (tmp_path / "big.jsonl").open() as f:
+            assert sum(1 for _ in f) == 200_000
+    if fmt == "parquet":
+        assert pq.ParquetFile(tmp_path / "big.parquet").metadata.num_rows == 200_000
+
+
+def test_export_without_pyarrow_says_which_extra(tmp_path: Path, sqlite_url: str) -> None:
+    migrate(sqlite_url)
+    env = {**os.environ, "CRAWLER_DATABASE_URL": sqlite_url}
+    # A module finder that refuses pyarrow stands in for an install without the extra.
+    code = (
+        "import sys; sys.modules['pyarrow'] = None; "
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
+        "from crawler.cli import main; "
+        f"sys.exit(main(['export', '--format', 'parquet', '--out', {str(tmp_path / 'x.parquet')!r}]))"
+    )
+    result = subprocess.run(
+        [crawler_command("crawler")[0], "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "pip install 'crawler[parquet]'" in result.stderr
