@@ -312,6 +312,9 @@ class CrawlConfig(_Strict):
     )
     user_agent: str = Field("crawler/0.1 (+https://github.com/crawler/crawler)", min_length=1)
     max_retry_after: float = Field(300.0, gt=0, le=86_400)
+    # RabbitMQ's consumer_timeout (30 min by default): a delivery not acked by then closes its
+    # channel and is delivered again, so no fetch may start that could not end before it.
+    delivery_timeout: float = Field(1800.0, ge=1, le=7 * 86_400)
     fetcher: Literal["aiohttp", "httpx"] = "aiohttp"
     # The conventions `fetch: api` speaks: our envelope (crawler-gateway) or a paid provider's.
     api_profile: Literal["envelope", "scrapingbee"] = "envelope"
@@ -379,6 +382,31 @@ class CrawlConfig(_Strict):
                         "domain, so list only one of them"
                     )
         return self
+
+    @model_validator(mode="after")
+    def _fetches_fit_the_delivery_timeout(self) -> CrawlConfig:
+        room = self.delivery_timeout - self.delivery_margin
+        for where, rules in [
+            ("defaults", self.defaults),
+            *((f"domains.{d}", r) for d, r in self.rules.items()),
+        ]:
+            if rules.timeout >= room:
+                raise ValueError(
+                    f"{where}: timeout {rules.timeout:g}s does not fit in delivery_timeout "
+                    f"{self.delivery_timeout:g}s (RabbitMQ's consumer_timeout) less "
+                    f"{self.delivery_margin:g}s kept for storing and routing: lower timeout, or raise "
+                    "consumer_timeout on the broker and delivery_timeout here together"
+                )
+        return self
+
+    @property
+    def delivery_margin(self) -> float:
+        """Seconds of a delivery's time kept for storing and routing after its fetch."""
+        return min(30.0, self.delivery_timeout / 10)
+
+    def start_by(self, received: float, rules: Rules) -> float:
+        """The latest (monotonic) time a fetch of a delivery `received` then may start."""
+        return received + self.delivery_timeout - self.delivery_margin - rules.timeout
 
     @cached_property
     def rules(self) -> dict[str, Rules]:

@@ -244,6 +244,9 @@ class Sink:
             with self._engine.begin() as conn:
                 conn.execute(self._upsert, rows)
         except DBAPIError as exc:
+            # Pooled sessions keep what the database was when they opened (PostgreSQL's
+            # default_transaction_read_only, say): after a failure, the next write opens fresh ones.
+            self._engine.dispose()
             raise SinkError(
                 f"storing {len(rows)} page(s) in {self._redacted} failed: {_first_line(exc)}"
             ) from exc

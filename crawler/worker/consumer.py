@@ -214,9 +214,13 @@ class Consumer:
         return [d for d in self.domains if d not in self.halted]
 
     def _prefetch(self, domain: str) -> int:
-        """The domain queue's prefetch: as configured, unless this consumer's share is smaller."""
+        """The domain queue's prefetch: as configured, unless this consumer's share is smaller, or
+        more than the domain's rate can start within the broker's delivery timeout."""
         share = max(1, self.tuning.max_prefetched // max(1, len(self.domains)))
-        return min(self.prefetch or self.live.rules(domain).prefetch, share)
+        rules, config = self.live.rules(domain), self.config
+        # Held deliveries are served one rate token at a time: the last one waits prefetch / rate.
+        in_time = int(rules.rate * (config.delivery_timeout - config.delivery_margin - rules.timeout))
+        return max(1, min(self.prefetch or rules.prefetch, share, in_time))
 
     async def _unsubscribe(self) -> None:
         """Stop deliveries, let in-flight ones finish (up to `grace`), then return the rest."""

@@ -49,6 +49,7 @@ class Outcome:
     rate_wait: float = 0.0
     fetched: Fetched | None = None  # None when robots.txt kept the page from being fetched
     redirect: str | None = None  # the canonical target of a redirect, to route like a link
+    late: bool = False  # not fetched: the fetch could not have ended within the delivery's time
     extraction_failures: tuple[str, ...] = ()  # required fields missing, or PARSE_HOOK if its hook failed
 
 
@@ -87,14 +88,20 @@ class Visitor:
         self._max_retry_after = max_retry_after
 
     async def visit(
-        self, record: PageRecord, rules: Rules, fields: Fields, via: Sequence[str] = ()
+        self,
+        record: PageRecord,
+        rules: Rules,
+        fields: Fields,
+        via: Sequence[str] = (),
+        start_by: float | None = None,
     ) -> Outcome:
         """Visit `record.url` under the domain's `rules`; never raises for what the site does.
 
         BackendHalt (the fetch service refuses the key, or its budget is spent) is raised: the
         domain stops, the page is not the site's failure.
 
-        `via` is the redirect chain that led here (`hop_id`s), for max_redirects and loops.
+        `via` is the redirect chain that led here (`hop_id`s), for max_redirects and loops. A fetch
+        that would start after `start_by` (monotonic) is not started: the outcome is `late`.
         """
         domain, url = record.domain, record.url
         crawl_delay = None
@@ -110,6 +117,8 @@ class Visitor:
             crawl_delay = verdict.crawl_delay
         waited += await self._limiter.acquire(domain, lambda: budget(self._rules_of(domain), crawl_delay))
         started = time.monotonic()
+        if start_by is not None and started > start_by:
+            return Outcome(record, rate_wait=waited, late=True)
         try:
             response = await self._fetcher.fetch(url, rules)
         except BackendHalt:

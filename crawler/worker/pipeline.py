@@ -7,6 +7,7 @@ a worker killed at any instant loses nothing: the broker delivers the message ag
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,8 +61,9 @@ class Pipeline:
 
     async def handle(self, domain: str, message: AbstractIncomingMessage) -> None:
         """Bring one delivery to its outcome and ack it (or leave it to the broker to deliver again)."""
+        received = time.monotonic()  # the broker's delivery timeout runs from about now
         try:
-            await self._process(domain, message)
+            await self._process(domain, message, received)
         except BackendHalt:
             raise  # the fetch service refuses the domain: the consumer lets its queue go
         except Exception as exc:
@@ -70,7 +72,7 @@ class Pipeline:
             self._metrics.observe_error(domain, "internal")
             await self._park_or_return(message, domain, Failure("transient", f"{exc}"))
 
-    async def _process(self, domain: str, message: AbstractIncomingMessage) -> None:
+    async def _process(self, domain: str, message: AbstractIncomingMessage, received: float) -> None:
         attempts = attempts_of(message) + 1
         try:
             crawl, url = self._read(domain, message)
@@ -79,15 +81,23 @@ class Pipeline:
             await self._parking.dead(message, domain, attempts, Failure("invalid", str(exc)))
             return await self._done(message, domain, "invalid")
         rules = self._live.rules(domain)
-        # A page counts against max_pages once, on its first try.
-        if attempts == 1 and not await self._quota.take(domain, rules.max_pages):
+        # A page counts against max_pages once, on its first try (not again when returned unfetched).
+        if attempts == 1 and not message.redelivered and not await self._quota.take(domain, rules.max_pages):
             pages_log.info("%s %s: skipped, max_pages %d reached", domain, url, rules.max_pages)
             return await self._done(message, domain, "skipped")
         if not await self._cost.allows(domain, rules):
             pages_log.info("%s %s: skipped, max_credits %g reached", domain, url, rules.max_credits or 0)
             return await self._done(message, domain, "skipped", reason="max_credits")
         record = PageRecord(url=url, domain=domain, depth=crawl.depth, attempts=attempts)
-        outcome = await self._visitor.visit(record, rules, self._live.fields(domain), crawl.via)
+        start_by = self._live.config.start_by(received, rules)
+        outcome = await self._visitor.visit(record, rules, self._live.fields(domain), crawl.via, start_by)
+        if outcome.late:
+            # Waiting for a rate token used the delivery's time: fetching now could outlive RabbitMQ's
+            # consumer_timeout, which would close the channel and have the work done twice.
+            log.info("%s %s: returned unfetched, too late to finish within delivery_timeout", domain, url)
+            self._metrics.observe_error(domain, "late")
+            await message.nack(requeue=True)
+            return
         outcome = await self._cost.charge(domain, outcome, message)
         self._metrics.observe_visit(domain, outcome)
         failure = outcome.failure

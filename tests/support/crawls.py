@@ -37,8 +37,8 @@ def consumer(settings: Settings, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def finish(*processes: subprocess.Popen[str], timeout: float = 90) -> None:
-    """Wait for every process; fail the test with a stderr if one does not exit 0 cleanly."""
+def finish(*processes: subprocess.Popen[str], timeout: float = 90) -> list[str]:
+    """Wait for every process; fail the test with a stderr if one does not exit 0 cleanly; their stderrs."""
     # All are waited for (or killed) before any assertion, so a failure leaves none running.
     errors = []
     for process in processes:
@@ -52,6 +52,7 @@ def finish(*processes: subprocess.Popen[str], timeout: float = 90) -> None:
     for returncode, err in errors:
         assert returncode == 0, err
         assert "Traceback" not in err, err
+    return [err for _, err in errors]
 
 
 async def seed(settings: Settings, *urls: str) -> None:
