@@ -62,6 +62,7 @@ class PageRecord:
     title: str | None = None
     data: dict[str, str | None] | None = None
     fetched_at: datetime = field(default_factory=_utcnow)
+    crawl: str | None = None  # the crawl that stored it; None: the default crawl
 
     def __post_init__(self) -> None:
         # SQLite drops the offset when storing, so a naive or non-UTC time would be stored wrong.
@@ -100,6 +101,8 @@ class Page(Base):
     data: Mapped[dict[str, str | None] | None] = mapped_column(JSON)
     fetched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     attempts: Mapped[int] = mapped_column(Integer)
+    # The crawl that stored this row: one row per URL, the latest crawl's (docs/api.md).
+    crawl_id: Mapped[str | None] = mapped_column(String(64), index=True)
 
 
 def engine_url(database_url: str) -> URL:
@@ -190,6 +193,7 @@ def _record_row(record: PageRecord) -> dict[str, Any]:
         "data": data,
         "fetched_at": record.fetched_at.astimezone(UTC),
         "attempts": record.attempts,
+        "crawl_id": record.crawl,
     }
 
 

@@ -17,11 +17,12 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, Abstrac
 
 from crawler.config import CrawlConfig
 from crawler.dedup.store import SeenStore
+from crawler.frontier.crawls import CrawlState
 from crawler.frontier.exchanges import declare, topology, work_queues
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.router import Router
 from crawler.monitor.metrics import DomainStats, Metrics
-from crawler.names import Names
+from crawler.names import PAUSE_POLL, Names
 from crawler.sink.groupcommit import GroupCommit
 from crawler.worker.drain import Drain
 from crawler.worker.live import LiveConfig
@@ -47,6 +48,7 @@ class Parts:
     seen: SeenStore
     quota: PageQuota
     writes: GroupCommit
+    crawls: CrawlState | None = None  # cancelled crawls and paused domains; None: neither (tests)
 
 
 class Consumer:
@@ -93,6 +95,7 @@ class Consumer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._stop = asyncio.Event()
+        self._paused: set[str] = set()  # domains paused fleet-wide, as last read
 
     @property
     def config(self) -> CrawlConfig:
@@ -130,18 +133,23 @@ class Consumer:
                 Parking(retry, dead, self.label),
                 self.metrics,
                 short_retry_wait=self.tuning.short_retry_wait,
+                crawls=parts.crawls,
             )
             reload = self.watcher.wake.set if self.watcher else lambda: None
             with drain_on_signals(self.stop, reload, self.grace):
-                await self.subscriptions.add(self.domains, declared_in)
+                # A domain paused before this consumer started is not subscribed until resumed.
+                self._paused = await parts.crawls.paused() if parts.crawls else set()
+                await self.subscriptions.add(self._unpaused(self.domains), declared_in)
                 async with asyncio.TaskGroup() as tasks:
                     watching = tasks.create_task(self.watcher.run()) if self.watcher else None
+                    pausing = tasks.create_task(self._watch_pauses()) if parts.crawls else None
                     try:
                         await (self._until_drained() if self.burst else self._stop.wait())
                         await self._unsubscribe()
                     finally:
-                        if watching is not None:
-                            watching.cancel()
+                        for task in (watching, pausing):
+                            if task is not None:
+                                task.cancel()
         finally:
             await publisher.close()
 
@@ -157,8 +165,8 @@ class Consumer:
         await self.subscriptions.refresh_prefetch([d for d in self.domains if d in config.domains])
         added = sorted(set(config.domains) - set(self.domains)) if self._every_domain else []
         self.domains.extend(added)
-        if added and not self._stop.is_set():
-            await self.subscriptions.add(added)
+        if added and not self._stop.is_set() and self._unpaused(added):
+            await self.subscriptions.add(self._unpaused(added))
         log.info("configuration reloaded%s", f"; new domains: {', '.join(added)}" if added else "")
 
     async def _on_message(self, domain: str, message: AbstractIncomingMessage) -> None:
@@ -173,6 +181,31 @@ class Consumer:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
+
+    def _unpaused(self, domains: Sequence[str]) -> list[str]:
+        return [d for d in domains if d not in self._paused]
+
+    async def _watch_pauses(self) -> None:
+        """Follow the fleet-wide paused domains: hold a paused queue's subscription, release it after."""
+        assert self.parts.crawls is not None
+        while True:
+            await asyncio.sleep(PAUSE_POLL)
+            try:
+                paused = await self.parts.crawls.paused()
+            except Exception as exc:  # Redis away: keep what is in force, look again
+                log.debug("cannot read paused domains (%r)", exc)
+                continue
+            if self._stop.is_set():
+                return
+            for domain in self.domains:
+                if domain in paused and domain not in self._paused:
+                    self._paused.add(domain)
+                    await self.subscriptions.hold(domain)
+                    log.info("%s paused: its queue is left alone until resumed", domain)
+                elif domain not in paused and domain in self._paused:
+                    self._paused.discard(domain)
+                    await self.subscriptions.release(domain)
+                    log.info("%s resumed", domain)
 
     def _prefetch(self, domain: str) -> int:
         """The domain queue's prefetch: as configured, unless this consumer's share is smaller."""
@@ -199,6 +232,6 @@ class Consumer:
         )
 
         async def resume() -> None:
-            await self.subscriptions.add(self.domains)
+            await self.subscriptions.add(self._unpaused(self.domains))
 
         await drain.wait(self._stop, lambda: self._inflight == 0, self._unsubscribe, resume)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from crawler.config import Rules
-from crawler.errors import BadURL, FetchError, Refused, TooManyRedirects
+from crawler.errors import BadURL, Cancelled, FetchError, Refused, TooManyRedirects
 from crawler.fetch.fetcher import Fetcher, Response
 from crawler.fetch.ratelimit import Budget, RateLimiter
 from crawler.fetch.robots import Robots
@@ -81,11 +81,17 @@ class Visitor:
         self._max_retry_after = max_retry_after
 
     async def visit(
-        self, record: PageRecord, rules: Rules, fields: Fields, via: Sequence[str] = ()
+        self,
+        record: PageRecord,
+        rules: Rules,
+        fields: Fields,
+        via: Sequence[str] = (),
+        cancelled: Callable[[], Awaitable[bool]] | None = None,
     ) -> Outcome:
         """Visit `record.url` under the domain's `rules`; never raises for what the site does.
 
-        `via` is the redirect chain that led here (`hop_id`s), for max_redirects and loops.
+        `via` is the redirect chain that led here (`hop_id`s), for max_redirects and loops. If
+        `cancelled()` holds right before the request would go out, raise Cancelled instead.
         """
         domain, url = record.domain, record.url
         crawl_delay = None
@@ -100,6 +106,9 @@ class Visitor:
                 return Outcome(replace(record, error=DISALLOWED), (), Failure("permanent", DISALLOWED))
             crawl_delay = verdict.crawl_delay
         waited += await self._limiter.acquire(domain, lambda: budget(self._rules_of(domain), crawl_delay))
+        # The rate wait may have been long: a cancel that answered meanwhile must stop this request.
+        if cancelled is not None and await cancelled():
+            raise Cancelled(f"{url}: its crawl was cancelled")
         started = time.monotonic()
         try:
             response = await self._fetcher.fetch(url, rules)
