@@ -98,8 +98,11 @@ def env_for(settings: Settings) -> dict[str, str]:
 
 def crawler_command(entry: str, *args: str) -> list[str]:
     """argv running a console script of this package with the test's Python."""
-    module = "crawler.cli"
-    func = {"crawler": "main", "crawler-consume": "consume_main"}[entry]
+    module, func = {
+        "crawler": ("crawler.cli", "main"),
+        "crawler-consume": ("crawler.cli", "consume_main"),
+        "crawler-api": ("crawler.api.main", "main"),
+    }[entry]
     # The tripwire first: whatever the crawler does, it connects nowhere but loopback.
     code = (
         f"import sys; sys.path.insert(0, {str(REPO)!r}); "
