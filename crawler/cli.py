@@ -28,7 +28,7 @@ from crawler.monitor.progress import PROGRESS_SAMPLE_EVERY, Progress
 from crawler.monitor.status import render, status, watch
 from crawler.names import HEARTBEAT_TTL
 from crawler.redact import redact
-from crawler.service import Control, CrawlView, NewCrawl
+from crawler.service import Control, CrawlView, NewCrawl, check_crawl
 from crawler.settings import Settings
 from crawler.sink.sql import migrate
 from crawler.worker import wiring
@@ -189,6 +189,7 @@ async def _domains_verb(settings: Settings, config: CrawlConfig, args: argparse.
 
 
 async def _new_crawl(settings: Settings, config: CrawlConfig, new: NewCrawl) -> CrawlView:
+    check_crawl(config, new)  # a bad seed is said before a service is needed
     async with Control.open(settings, config, "crawler seed") as control:
         return await control.create_crawl(new)
 

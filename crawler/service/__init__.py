@@ -2,6 +2,6 @@
 health. Each verb is written once here; `crawler.cli` and `crawler.api` only translate to and from it.
 """
 
-from crawler.service.control import Control, CrawlView, DomainView, NewCrawl
+from crawler.service.control import Control, CrawlView, DomainView, NewCrawl, check_crawl
 
-__all__ = ["Control", "CrawlView", "DomainView", "NewCrawl"]
+__all__ = ["Control", "CrawlView", "DomainView", "NewCrawl", "check_crawl"]

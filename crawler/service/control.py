@@ -82,6 +82,22 @@ def _done(counts: dict[str, dict[str, int]]) -> bool:
     return bool(counts) and all(pending(c) == 0 and c.get("retrying", 0) <= 0 for c in counts.values())
 
 
+def check_crawl(config: CrawlConfig, new: NewCrawl) -> tuple[list[str], tuple[str, ...] | None]:
+    """Canonical seeds and chosen domains of a new crawl; BadURL or ConfigError saying what is wrong.
+
+    Needs no service: callers may check before they connect.
+    """
+    if not new.seeds:
+        raise BadURL("a crawl needs at least one seed URL")
+    domains = tuple(wiring.check_domains(config, new.domains)) if new.domains else None
+    seeds = wiring.check_seeds(config, new.seeds)
+    if domains is not None:
+        outside = [s for s in seeds if config.domain_of(s.split("/")[2].rsplit(":", 1)[0]) not in domains]
+        if outside:
+            raise BadURL(f"{outside[0]}: not in the crawl's domains ({', '.join(domains)})")
+    return seeds, domains
+
+
 class Control:
     """The verbs over one fleet's services; open it with `Control.open`."""
 
@@ -111,16 +127,7 @@ class Control:
 
     async def create_crawl(self, new: NewCrawl) -> CrawlView:
         """Record a crawl, make its options known to the workers, route its seeds; its view."""
-        if not new.seeds:
-            raise BadURL("a crawl needs at least one seed URL")
-        domains = tuple(wiring.check_domains(self.config, new.domains)) if new.domains else None
-        seeds = wiring.check_seeds(self.config, new.seeds)
-        if domains is not None:
-            outside = [
-                s for s in seeds if self.config.domain_of(s.split("/")[2].rsplit(":", 1)[0]) not in domains
-            ]
-            if outside:
-                raise BadURL(f"{outside[0]}: not in the crawl's domains ({', '.join(domains)})")
+        seeds, domains = check_crawl(self.config, new)
         options = CrawlOptions(domains, new.max_depth, new.max_pages, new.priority)
         crawl = secrets.token_hex(8)
         record = CrawlRecord(
