@@ -1,4 +1,5 @@
-"""The command line: `crawler seed|crawl|status|reset|dead|export|db upgrade` and `crawler-consume`.
+"""The command line: `crawler seed|crawl|crawls|domains|status|reset|dead|export|db upgrade`, and
+`crawler-consume`.
 
 Exit codes: 0 done, 1 an unexpected error (a traceback, passwords hidden), 2 bad input or a
 service out of reach (one line on stderr saying which), 3 stopped at once by a second signal,
@@ -23,13 +24,13 @@ from rich.console import Console
 
 from crawler.config import CrawlConfig, load_config, with_dedup_mode
 from crawler.errors import CrawlerError
-from crawler.frontier import dead
 from crawler.monitor import logs
 from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.monitor.progress import PROGRESS_SAMPLE_EVERY, Progress
 from crawler.monitor.status import render, status, watch
 from crawler.names import HEARTBEAT_TTL
 from crawler.redact import redact
+from crawler.service import Control, CrawlView, NewCrawl, check_crawl
 from crawler.settings import Settings
 from crawler.sink.export import FORMATS, Query, export, parse_since
 from crawler.sink.sql import migrate
@@ -138,11 +139,9 @@ def _summary(stats: dict[str, DomainStats], seconds: float) -> str:
 
 
 async def _dead(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
-    match = dead.matcher(args.domain, args.reason)
-    async with wiring.frontier(settings, "crawler dead") as f:
-        await wiring.declare_topology(f, settings, config)
+    async with Control.open(settings, config, "crawler dead") as control:
         if args.action == "list":
-            letters = await dead.list_dead(f.connection, settings.names, match, args.limit)
+            letters = await control.dead_letters(args.domain, args.reason, args.limit)
             for letter in letters:
                 if args.json:
                     print(json.dumps(asdict(letter)))
@@ -151,9 +150,62 @@ async def _dead(settings: Settings, config: CrawlConfig, args: argparse.Namespac
             if not args.json:
                 print(f"{len(letters)} dead letters", file=sys.stderr)
         elif args.action == "replay":
-            print(f"{await dead.replay(f.connection, settings.names, match)} dead letters replayed")
+            print(f"{await control.replay_dead(args.domain, args.reason)} dead letters replayed")
         else:
-            print(f"{await dead.purge(f.connection, settings.names, match)} dead letters purged")
+            print(f"{await control.purge_dead(args.domain, args.reason)} dead letters purged")
+
+
+def _crawl_line(view: CrawlView) -> str:
+    done = {k: sum(c[k] for c in view.counts.values()) for k in ("ok", "failed", "dead", "pending")}
+    counts = " ".join(f"{k}={n}" for k, n in done.items())
+    return f"{view.id}  {view.state:<9}  {view.started:%Y-%m-%d %H:%M:%S}  {counts}  {view.label or ''}"
+
+
+async def _crawls(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
+    async with Control.open(settings, config, "crawler crawls") as control:
+        if args.action == "list":
+            for view in await control.list_crawls(args.state):
+                print(json.dumps(asdict(view), default=str) if args.json else _crawl_line(view))
+            return
+        if not args.id:
+            raise CrawlerError(f"`crawler crawls {args.action}` needs a crawl id")
+        if args.action == "show":
+            print(json.dumps(asdict(await control.get_crawl(args.id)), default=str, indent=2))
+        elif args.action == "cancel":
+            print(_crawl_line(await control.cancel_crawl(args.id)))
+        else:
+            await control.delete_crawl(args.id, purge=args.purge)
+            print(f"crawl {args.id} deleted{' with its pages' if args.purge else ''}")
+
+
+async def _domains_verb(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
+    async with Control.open(settings, config, "crawler domains") as control:
+        if args.action == "list":
+            for d in await control.domains():
+                paused = "paused" if d.paused else "active"
+                print(f"{d.domain:<24} {paused:<7} depth={d.depth} rate={d.rate:g}/s workers={d.workers}")
+            return
+        if not args.domain:
+            raise CrawlerError(f"`crawler domains {args.action}` needs a domain")
+        done = await (control.pause(args.domain) if args.action == "pause" else control.resume(args.domain))
+        print(f"{done} {args.action}d")
+
+
+async def _new_crawl(settings: Settings, config: CrawlConfig, new: NewCrawl) -> CrawlView:
+    check_crawl(config, new)  # a bad seed is said before a service is needed
+    async with Control.open(settings, config, "crawler seed") as control:
+        return await control.create_crawl(new)
+
+
+def _crawl_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--label", help="a name for the crawl, for people")
+    parser.add_argument("--max-depth", type=int, help="this crawl's link depth limit (below domains.yaml's)")
+    parser.add_argument("--max-pages", type=int, help="this crawl's page budget, every domain together")
+    parser.add_argument("--only", type=_domains, help="comma-separated domains this crawl may visit")
+
+
+def _new(args: argparse.Namespace, urls: Sequence[str], priority: int | None) -> NewCrawl:
+    return NewCrawl(urls, args.label, priority, args.max_depth, args.max_pages, args.only)
 
 
 def _confirmed(args: argparse.Namespace) -> bool:
@@ -201,16 +253,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="crawler", description="A distributed web crawler on RabbitMQ.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("seed", help="declare the topology and route seed URLs into the frontier")
+    p = sub.add_parser("seed", help="start a crawl: route its seed URLs into the frontier, print its id")
     p.add_argument("urls", nargs="+", metavar="URL")
     p.add_argument("--priority", type=int, choices=range(10), metavar="0-9", help="message priority")
+    _crawl_options(p)
     _common(p)
 
     p = sub.add_parser("crawl", help="seed, consume every configured domain until done, print a summary")
     p.add_argument("urls", nargs="*", metavar="URL")
     p.add_argument("--prefetch", type=int, help="per-queue prefetch (default: each domain's)")
     p.add_argument("--fresh", action="store_true", help="forget what earlier crawls saw and queued first")
+    _crawl_options(p)
     _monitoring_options(p)
+    _common(p)
+
+    p = sub.add_parser("crawls", help="crawls: list, show, cancel or delete one")
+    p.add_argument("action", choices=["list", "show", "cancel", "delete"])
+    p.add_argument("id", nargs="?", help="the crawl's id (show, cancel, delete)")
+    p.add_argument("--state", choices=["running", "finished", "cancelled"], help="list only these")
+    p.add_argument("--purge", action="store_true", help="delete: its stored pages too")
+    p.add_argument("--json", action="store_true", help="list as JSON lines")
+    _common(p)
+
+    p = sub.add_parser("domains", help="domains: list them, pause or resume one fleet-wide")
+    p.add_argument("action", choices=["list", "pause", "resume"])
+    p.add_argument("domain", nargs="?", help="the domain (pause, resume)")
     _common(p)
 
     p = sub.add_parser("status", help="queue depths and stored pages per domain")
@@ -255,11 +322,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     async def run() -> int:
         settings, config = _settings_and_config(args)
         if args.command == "seed":
-            routed = await wiring.seed(settings, config, args.urls, args.priority)
-            print(f"{len(routed.published)} seeds routed, {routed.seen} already seen")
+            view = await _new_crawl(settings, config, _new(args, args.urls, args.priority))
+            routed = sum(c["pending"] for c in view.counts.values())
+            print(f"crawl {view.id}: {routed} seeds routed")
+            print(view.id)
         elif args.command == "crawl":
             if args.fresh:
                 await wiring.reset(settings, config)
+            if args.urls:
+                view = await _new_crawl(settings, config, _new(args, args.urls, None))
+                print(f"crawl {view.id}", file=sys.stderr)
             started = time.monotonic()
             metrics = Metrics()
             progress = Progress(metrics, wiring.check_domains(config, None))
@@ -269,7 +341,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     config,
                     burst=True,
                     prefetch=args.prefetch,
-                    seeds=args.urls,
                     role="crawler crawl",
                     config_path=settings.config_path,
                     monitoring=_monitoring(args, metrics),
@@ -285,6 +356,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("seen URLs forgotten, work queues purged")
         elif args.command == "dead":
             await _dead(settings, config, args)
+        elif args.command == "crawls":
+            await _crawls(settings, config, args)
+        elif args.command == "domains":
+            await _domains_verb(settings, config, args)
         elif args.command == "db":
             await asyncio.to_thread(migrate, settings.database_url)
             print("database schema is up to date")

@@ -19,6 +19,18 @@ class ServiceUnavailable(CrawlerError):
     """RabbitMQ, Redis or the database cannot be reached."""
 
 
+class Cancelled(CrawlerError):
+    """The crawl a message belongs to was cancelled: it is acked, not fetched."""
+
+
+class NotFound(CrawlerError):
+    """No such crawl (or other named thing): it never existed, or was deleted."""
+
+
+class Conflict(CrawlerError):
+    """The request contradicts the state of what it names (e.g. an id already taken)."""
+
+
 class InvalidMessage(CrawlerError):
     """A queue message is not a valid crawl message."""
 

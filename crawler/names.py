@@ -32,6 +32,8 @@ HEARTBEAT_TTL = 30.0
 # replica killed mid-request leaves its count to expire), and a sticky session's default life.
 GW_INFLIGHT_GRACE = 30.0
 GW_SESSION_TTL = 600.0
+# How often a consumer reads the paused domains: a pause or resume takes hold fleet-wide within it.
+PAUSE_POLL = 0.5
 # A worker that went silent stays listed (as gone) this long, so a person notices it.
 GONE_KEPT = 24 * 3600.0
 
@@ -50,6 +52,17 @@ class Names:
     """Names of one crawl's exchanges, queues and Redis keys, all under one prefix."""
 
     prefix: str = DEFAULT_PREFIX
+    # The crawl whose dedup and quota keys these names give; None: the default crawl (no id).
+    crawl: str | None = None
+
+    def for_crawl(self, crawl: str | None) -> Names:
+        """These names, with dedup and page-count keys of crawl `crawl` (None: the default crawl)."""
+        return self if crawl == self.crawl else Names(self.prefix, crawl)
+
+    @property
+    def _seen(self) -> str:
+        # The default crawl keeps the keys it always had, so messages queued before ids still work.
+        return f"{self.prefix}:seen" if self.crawl is None else f"{self.prefix}:c:{self.crawl}:seen"
 
     @property
     def frontier(self) -> str:
@@ -82,25 +95,25 @@ class Names:
     @property
     def seen_key(self) -> str:
         """Redis hash of canonical-URL fingerprints already routed."""
-        return f"{self.prefix}:seen"
+        return self._seen
 
     @property
     def seen_meta_key(self) -> str:
         """Redis hash of the dedup store's layout (mode and sizing) and, but for plain, its URL count."""
-        return f"{self.prefix}:seen:meta"
+        return f"{self._seen}:meta"
 
     @property
     def seen_pending_key(self) -> str:
         """Redis hash of the compact and Bloom stores' claims whose publish is not confirmed yet."""
-        return f"{self.prefix}:seen:pending"
+        return f"{self._seen}:pending"
 
     def seen_bucket_key(self, bucket: int) -> str:
         """Redis set of one bucket of the compact store's fingerprints."""
-        return f"{self.prefix}:seen:c:{bucket}"
+        return f"{self._seen}:c:{bucket}"
 
     def seen_bloom_key(self, part: int) -> str:
         """Redis string, one bitmap of the Bloom store."""
-        return f"{self.prefix}:seen:b:{part}"
+        return f"{self._seen}:b:{part}"
 
     def bucket_key(self, domain: str) -> str:
         """Redis hash of a domain's token bucket and back-off state."""
@@ -108,7 +121,9 @@ class Names:
 
     def pages_key(self, domain: str) -> str:
         """Redis counter of pages fetched from a domain in this crawl (for max_pages)."""
-        return f"{self.prefix}:pages:{domain}"
+        if self.crawl is None:
+            return f"{self.prefix}:pages:{domain}"
+        return f"{self.prefix}:c:{self.crawl}:pages:{domain}"
 
     def credits_key(self, domain: str) -> str:
         """Redis float counter of fetch-service credits a domain spent in this crawl (max_credits)."""
@@ -173,7 +188,34 @@ class Names:
             f"{self.prefix}:pages:*",
             f"{self.prefix}:credits:*",
             f"{self.prefix}:rate:*",
+            f"{self.prefix}:c:*",
         )
+
+    def crawl_keys(self, crawl: str) -> str:
+        """Pattern of every Redis key of one crawl's progress: dedup, page counts, outcome counts."""
+        return f"{self.prefix}:c:{crawl}:*"
+
+    def crawl_options_key(self, crawl: str) -> str:
+        """Redis string, JSON of one crawl's options (domains, max_depth, max_pages), for workers."""
+        return f"{self.prefix}:crawl:{crawl}"
+
+    def crawl_pages_key(self, crawl: str) -> str:
+        """Redis counter of pages fetched in one crawl, every domain together (its max_pages option)."""
+        return f"{self.prefix}:c:{crawl}:total"
+
+    def crawl_counts_key(self, crawl: str) -> str:
+        """Redis hash of one crawl's outcomes, field `domain kind` -> count."""
+        return f"{self.prefix}:c:{crawl}:counts"
+
+    @property
+    def cancelled_key(self) -> str:
+        """Redis set of cancelled crawl ids: their messages are acked, not fetched, fleet-wide."""
+        return f"{self.prefix}:cancelled"
+
+    @property
+    def paused_key(self) -> str:
+        """Redis set of paused domains: no consumer subscribes their queues while they are in it."""
+        return f"{self.prefix}:paused"
 
     def worker_key(self, worker: str) -> str:
         """Redis string of one live worker's heartbeat; it expires when the worker stops beating."""

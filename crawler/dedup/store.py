@@ -41,6 +41,7 @@ BUCKET_FILL = 256
 # deleted in one blocking step: larger filters are split into keys of at most 64 MB.
 MAX_BLOOM_KEY_BITS = 2**29
 _MISMATCH = "crawler-dedup-layout"
+MAX_CRAWL_STORES = 256  # per-crawl stores a process keeps made
 
 # Every claim first checks that the crawl's store has the layout this process expects (a fleet whose
 # processes disagree would each consult a different store, or read a bitmap with other hashes), and
@@ -343,8 +344,10 @@ class SeenStore:
 
     def __init__(self, redis: Redis, names: Names, config: DedupConfig | None = None) -> None:
         self.config = config or DedupConfig()
+        self._redis = redis
         self._names = names
         self._warned = False
+        self._crawls: dict[str | None, SeenStore] = {names.crawl: self}
         self._layout: _Layout
         if self.config.mode == "compact":
             self._layout = _Compact(redis, names, compact_buckets(self.config))
@@ -352,6 +355,16 @@ class SeenStore:
             self._layout = _Bloom(redis, names, bloom_shape(self.config.capacity, self.config.error_rate))
         else:
             self._layout = _Plain(redis, names)
+
+    def for_crawl(self, crawl: str | None) -> SeenStore:
+        """The store of crawl `crawl` (None: the default crawl), same layout: dedup is per crawl."""
+        store = self._crawls.get(crawl)
+        if store is None:
+            if len(self._crawls) > MAX_CRAWL_STORES:  # a long-lived worker sees crawl after crawl
+                self._crawls = {self._names.crawl: self}
+            store = SeenStore(self._redis, self._names.for_crawl(crawl), self.config)
+            self._crawls[crawl] = store
+        return store
 
     @property
     def layout(self) -> str:

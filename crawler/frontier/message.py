@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,8 @@ READABLE_VERSIONS = frozenset({1})
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_DEPTH = 1_000_000
 MAX_VIA = 64  # redirect hops a message may carry; max_redirects stops at 50
+# A crawl id: it becomes part of Redis keys, so only characters that need no quoting there.
+CRAWL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,18 +29,22 @@ class CrawlMessage:
     """One URL to crawl, at `depth` link hops from its seed.
 
     `via` holds the fingerprints (hex) of the redirects that led here, oldest first: the chain's
-    length for max_redirects, and its members for loops.
+    length for max_redirects, and its members for loops. `crawl` is the id of the crawl it belongs
+    to; None is the default crawl (messages queued before crawls had ids).
     """
 
     url: str
     depth: int = 0
     via: tuple[str, ...] = ()
+    crawl: str | None = None
 
     def encode(self) -> bytes:
         """The JSON body of this message."""
         body: dict[str, Any] = {"v": VERSION, "url": self.url, "depth": self.depth}
         if self.via:
             body["via"] = list(self.via)
+        if self.crawl is not None:
+            body["crawl"] = self.crawl
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -68,7 +75,10 @@ class CrawlMessage:
             or not all(isinstance(hop, str) and len(hop) <= 64 for hop in via)
         ):
             raise InvalidMessage(f"'via' is not a list of at most {MAX_VIA} fingerprints")
-        return cls(url=url, depth=depth, via=tuple(via))
+        crawl = data.get("crawl")
+        if crawl is not None and (not isinstance(crawl, str) or not CRAWL_ID.fullmatch(crawl)):
+            raise InvalidMessage("'crawl' is not a crawl id (1-64 letters, digits, '-' or '_')")
+        return cls(url=url, depth=depth, via=tuple(via), crawl=crawl)
 
 
 def persistent(body: bytes, priority: int, headers: Mapping[str, Any] | None = None) -> Message:

@@ -13,6 +13,7 @@ from crawler.names import Names
 # How long the router trusts a domain's count read from Redis: reading it for every page's links was
 # one of the few Redis round trips per page, and `take` enforces the limit whatever the router saw.
 COUNT_READ_INTERVAL = 1.0
+MAX_COUNTS = 100_000  # counts kept read
 
 
 class PageQuota:
@@ -22,26 +23,35 @@ class PageQuota:
         self._redis = redis
         self._names = names
         self._clock = clock
-        self._counts: dict[str, tuple[float, int]] = {}  # domain -> (when read, pages counted)
+        # (crawl, domain) -> (when read, pages counted)
+        self._counts: dict[tuple[str | None, str], tuple[float, int]] = {}
 
-    async def take(self, domain: str, max_pages: int) -> bool:
-        """Count one page against the domain; False if that would exceed `max_pages`."""
-        return int(await self._redis.incr(self._names.pages_key(domain))) <= max_pages
+    async def take(self, domain: str, max_pages: int, crawl: str | None = None) -> bool:
+        """Count one page against the domain in crawl `crawl`; False if that would exceed `max_pages`."""
+        key = self._names.for_crawl(crawl).pages_key(domain)
+        return int(await self._redis.incr(key)) <= max_pages
 
-    async def full(self, domains: set[str], max_pages: dict[str, int]) -> set[str]:
+    async def take_crawl(self, crawl: str, max_pages: int) -> bool:
+        """Count one page against a whole crawl (its own `max_pages` option); False past it."""
+        return int(await self._redis.incr(self._names.crawl_pages_key(crawl))) <= max_pages
+
+    async def full(self, domains: set[str], max_pages: dict[str, int], crawl: str | None = None) -> set[str]:
         """Which of `domains` had used up their quota when last read, at most COUNT_READ_INTERVAL ago.
 
         The router asks, so as not to queue pages that `take` would refuse.
         """
         now = self._clock()
+        names = self._names.for_crawl(crawl)
+        if len(self._counts) > MAX_COUNTS:  # a long-lived worker sees crawl after crawl
+            self._counts.clear()
         stale = sorted(
-            d for d in domains if now - self._counts.get(d, (-math.inf, 0))[0] >= COUNT_READ_INTERVAL
+            d for d in domains if now - self._counts.get((crawl, d), (-math.inf, 0))[0] >= COUNT_READ_INTERVAL
         )
         if stale:
-            counts = await self._redis.mget([self._names.pages_key(d) for d in stale])
+            counts = await self._redis.mget([names.pages_key(d) for d in stale])
             for domain, count in zip(stale, counts, strict=True):
-                self._counts[domain] = (now, int(count or 0))
-        return {d for d in domains if self._counts[d][1] >= max_pages[d]}
+                self._counts[crawl, domain] = (now, int(count or 0))
+        return {d for d in domains if self._counts[crawl, d][1] >= max_pages[d]}
 
 
 class CreditQuota:

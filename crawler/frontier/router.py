@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -49,6 +50,7 @@ class Routed:
     traps: int = 0
     over_quota: int = 0
     invalid: int = 0
+    by_domain: Counter[str] = field(default_factory=Counter)  # published, per configured domain
 
     def dropped(self) -> dict[str, int]:
         """The URLs not routed, by reason (the label of crawler_links_dropped_total)."""
@@ -104,12 +106,17 @@ class Router:
         base: str | None = None,
         priority: int | None = None,
         via: tuple[str, ...] = (),
+        crawl: str | None = None,
+        domains: Collection[str] | None = None,
+        max_depth: int | None = None,
     ) -> Routed:
         """Publish the unseen, in-scope URLs at `depth`; every publish is confirmed before returning.
 
         `claimant` identifies who discovered them (a page's fingerprint): if that page is redelivered,
         it may publish again what it had claimed but never got confirmed. `via` is the redirect chain
-        that led to them (a redirect target is routed like a link).
+        that led to them (a redirect target is routed like a link). They belong to crawl `crawl`
+        (None: the default crawl), whose own dedup store they are claimed in; that crawl's options
+        narrow the domains (`domains`) and lower `max_depth`.
         """
         result = Routed()
         candidates: dict[bytes, _Candidate] = {}
@@ -133,7 +140,10 @@ class Router:
                 result.out_of_scope += 1
                 continue
             domain, rules = owner
-            if depth > rules.max_depth:
+            if domains is not None and domain not in domains:
+                result.out_of_scope += 1
+                continue
+            if depth > rules.max_depth or (max_depth is not None and depth > max_depth):
                 result.too_deep += 1
                 continue
             if trap(url, rules) is not None:
@@ -142,26 +152,30 @@ class Router:
             fp = fingerprint(url)
             if fp not in candidates:
                 candidates[fp] = _Candidate(url, host, domain, fp)
-        domains = {c.domain for c in candidates.values() if c.domain}
         # Limits of this batch's domains only: a crawl may configure a thousand.
-        full = await self._quota.full(domains, {d: self.config.rules_for(d).max_pages for d in domains})
+        chosen = {c.domain for c in candidates.values() if c.domain}
+        full = await self._quota.full(chosen, {d: self.config.rules_for(d).max_pages for d in chosen}, crawl)
         if full:
             kept = {fp: c for fp, c in candidates.items() if c.domain not in full}
             result.over_quota = len(candidates) - len(kept)
             candidates = kept
-        fresh = await self._seen.claim(list(candidates), claimant)
+        seen = self._seen.for_crawl(crawl)
+        fresh = await seen.claim(list(candidates), claimant)
         todo = [c for c, new in zip(candidates.values(), fresh, strict=True) if new]
         result.seen = len(candidates) - len(todo)
         try:
-            outcomes = await self._publisher.publish([self._message(c, depth, priority, via) for c in todo])
+            outcomes = await self._publisher.publish(
+                [self._message(c, depth, priority, via, crawl) for c in todo]
+            )
         except Exception as exc:  # nothing was sent (e.g. the channel is closed)
             outcomes = [exc] * len(todo)
         failed = [c for c, o in zip(todo, outcomes, strict=True) if o is not None]
         done = [c for c, o in zip(todo, outcomes, strict=True) if o is None]
-        await self._seen.confirm([c.fingerprint for c in done])
+        await seen.confirm([c.fingerprint for c in done])
         result.published = [c.url for c in done]
+        result.by_domain.update(c.domain for c in done if c.domain)
         if failed:
-            await self._seen.release([c.fingerprint for c in failed])
+            await seen.release([c.fingerprint for c in failed])
             first = next(o for o in outcomes if o is not None)
             raise PublishFailed(f"{len(failed)} of {len(todo)} publishes were not confirmed ({first!r})")
         return result
@@ -174,7 +188,9 @@ class Router:
             return None
         return domain, self.config.rules_for(domain)
 
-    def _message(self, c: _Candidate, depth: int, priority: int | None, via: tuple[str, ...]) -> Outgoing:
+    def _message(
+        self, c: _Candidate, depth: int, priority: int | None, via: tuple[str, ...], crawl: str | None
+    ) -> Outgoing:
         if priority is None:
             priority = priority_for(c.url, depth, self.config.rules_for(c.domain))
-        return Outgoing(c.host, CrawlMessage(c.url, depth, via).encode(), priority)
+        return Outgoing(c.host, CrawlMessage(c.url, depth, via, crawl).encode(), priority)

@@ -89,7 +89,7 @@ class Visited(Protocol):
     def extraction_failures(self) -> tuple[str, ...]: ...
 
 
-OutcomeKind = Literal["ok", "failed", "dead", "retried", "invalid", "skipped"]
+OutcomeKind = Literal["ok", "failed", "dead", "retried", "invalid", "skipped", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +266,8 @@ class Metrics:
         """A delivery's one final word; the summary, /metrics and the progress display all read it.
 
         ok, failed and dead pages were stored (dead ones also set aside); retried went to a retry
-        tier; invalid messages were set aside unread; skipped ones were not fetched by policy.
+        tier; invalid messages were set aside unread; skipped ones were not fetched by policy;
+        cancelled ones belong to a cancelled crawl (counted as skipped, reason "cancelled").
         """
         if kind in ("ok", "failed", "dead"):
             self.pages.labels(domain, status_class(status), "ok" if kind == "ok" else "failed").inc()
@@ -278,6 +279,8 @@ class Metrics:
             self.retries.labels(domain).inc()
         elif kind == "skipped":
             self.skipped.labels(domain, reason).inc()
+        elif kind == "cancelled":
+            self.skipped.labels(domain, "cancelled").inc()
 
     def observe_error(self, domain: str, kind: str) -> None:
         """A failure that is not a fetch's (e.g. "internal": the broker or database failed)."""

@@ -66,6 +66,7 @@ class PageRecord:
     fetched_at: datetime = field(default_factory=_utcnow)
     credits: float = 0.0  # what the fetch service charged for the last attempt (direct: 0)
     exit_id: str | None = None  # the fetch service's exit that carried it, by id (never its URL)
+    crawl: str | None = None  # the crawl that stored it; None: the default crawl
 
     def __post_init__(self) -> None:
         # SQLite drops the offset when storing, so a naive or non-UTC time would be stored wrong.
@@ -106,6 +107,8 @@ class Page(Base):
     attempts: Mapped[int] = mapped_column(Integer)
     credits: Mapped[float] = mapped_column(Float, server_default="0")
     exit_id: Mapped[str | None] = mapped_column(String(EXIT_ID_LENGTH))
+    # The crawl that stored this row: one row per URL, the latest crawl's (docs/api.md).
+    crawl_id: Mapped[str | None] = mapped_column(String(64), index=True)
 
 
 def engine_url(database_url: str) -> URL:
@@ -209,6 +212,7 @@ def _record_row(record: PageRecord) -> dict[str, Any]:
         "attempts": record.attempts,
         "credits": record.credits,
         "exit_id": _text(record.exit_id, EXIT_ID_LENGTH),
+        "crawl_id": record.crawl,
     }
 
 

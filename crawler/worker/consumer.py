@@ -18,11 +18,12 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, Abstrac
 from crawler.config import CrawlConfig
 from crawler.dedup.store import SeenStore
 from crawler.errors import BackendHalt
+from crawler.frontier.crawls import CrawlState
 from crawler.frontier.exchanges import declare, topology, work_queues
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.router import Router
 from crawler.monitor.metrics import DomainStats, Metrics
-from crawler.names import Names
+from crawler.names import PAUSE_POLL, Names
 from crawler.sink.groupcommit import GroupCommit
 from crawler.worker.cost import Cost
 from crawler.worker.drain import Drain
@@ -50,6 +51,7 @@ class Parts:
     quota: PageQuota
     cost: Cost
     writes: GroupCommit
+    crawls: CrawlState | None = None  # cancelled crawls and paused domains; None: neither (tests)
 
 
 class Consumer:
@@ -97,6 +99,7 @@ class Consumer:
         self._idle.set()
         self._stop = asyncio.Event()
         self.halted: dict[str, str] = {}  # domain -> why the fetch service stopped it
+        self._paused: set[str] = set()  # domains paused fleet-wide, as last read
         self._resuming: set[asyncio.Task[None]] = set()
 
     @property
@@ -136,18 +139,23 @@ class Consumer:
                 Parking(retry, dead, self.label),
                 self.metrics,
                 short_retry_wait=self.tuning.short_retry_wait,
+                crawls=parts.crawls,
             )
             reload = self.watcher.wake.set if self.watcher else lambda: None
             with drain_on_signals(self.stop, reload, self.grace):
-                await self.subscriptions.add(self.domains, declared_in)
+                # A domain paused before this consumer started is not subscribed until resumed.
+                self._paused = await parts.crawls.paused() if parts.crawls else set()
+                await self.subscriptions.add(self._active(self.domains), declared_in)
                 async with asyncio.TaskGroup() as tasks:
                     watching = tasks.create_task(self.watcher.run()) if self.watcher else None
+                    pausing = tasks.create_task(self._watch_pauses()) if parts.crawls else None
                     try:
                         await (self._until_drained() if self.burst else self._stop.wait())
                         await self._unsubscribe()
                     finally:
-                        if watching is not None:
-                            watching.cancel()
+                        for task in (watching, pausing):
+                            if task is not None:
+                                task.cancel()
         finally:
             await publisher.close()
 
@@ -163,8 +171,8 @@ class Consumer:
         await self.subscriptions.refresh_prefetch([d for d in self.domains if d in config.domains])
         added = sorted(set(config.domains) - set(self.domains)) if self._every_domain else []
         self.domains.extend(added)
-        if added and not self._stop.is_set():
-            await self.subscriptions.add(added)
+        if added and not self._stop.is_set() and self._active(added):
+            await self.subscriptions.add(self._active(added))
         log.info("configuration reloaded%s", f"; new domains: {', '.join(added)}" if added else "")
 
     async def _on_message(self, domain: str, message: AbstractIncomingMessage) -> None:
@@ -183,7 +191,7 @@ class Consumer:
                 self._idle.set()
 
     async def _halt(self, domain: str, message: AbstractIncomingMessage, exc: BackendHalt) -> None:
-        """The fetch service refuses the domain: its message goes back, its queue is let go.
+        """The fetch service refuses the domain: its message goes back, its queue is held.
 
         Nothing is set aside: the pages are fine, the key or the budget is not. A paused domain
         (budget) is taken up again after `exc.pause` seconds; a rejected key waits for a restart.
@@ -197,21 +205,45 @@ class Consumer:
         self.halted[domain] = str(exc)
         pause = f"paused for {exc.pause:g}s" if exc.pause else "stopped until this worker is restarted"
         log.error("%s: %s; its messages stay in the queue, %s", domain, exc, pause)
-        await self.subscriptions.remove(domain)
+        await self.subscriptions.hold(domain)
         if exc.pause:
             asyncio.get_running_loop().call_later(exc.pause, self._resume, domain)
 
     def _resume(self, domain: str) -> None:
-        """Take a paused domain's queue up again (its budget may have been raised)."""
-        if self.halted.pop(domain, None) is not None and not self._stop.is_set():
-            log.info("%s: taking its messages again after a pause", domain)
-            task = asyncio.ensure_future(self.subscriptions.add([domain]))
-            self._resuming.add(task)
-            task.add_done_callback(self._resuming.discard)
+        """Take a halted domain's queue up again (its budget may have been raised), unless paused."""
+        if self.halted.pop(domain, None) is None or self._stop.is_set() or domain in self._paused:
+            return  # a fleet-wide pause releases it when it ends
+        log.info("%s: taking its messages again after a pause", domain)
+        task = asyncio.ensure_future(self.subscriptions.release(domain))
+        self._resuming.add(task)
+        task.add_done_callback(self._resuming.discard)
 
-    def _active(self) -> list[str]:
-        """The domains this consumer serves, less those the fetch service halted."""
-        return [d for d in self.domains if d not in self.halted]
+    def _active(self, domains: Sequence[str]) -> list[str]:
+        """Of `domains`, those neither paused fleet-wide nor halted by the fetch service."""
+        return [d for d in domains if d not in self._paused and d not in self.halted]
+
+    async def _watch_pauses(self) -> None:
+        """Follow the fleet-wide paused domains: hold a paused queue's subscription, release it after."""
+        assert self.parts.crawls is not None
+        while True:
+            await asyncio.sleep(PAUSE_POLL)
+            try:
+                paused = await self.parts.crawls.paused()
+            except Exception as exc:  # Redis away: keep what is in force, look again
+                log.debug("cannot read paused domains (%r)", exc)
+                continue
+            if self._stop.is_set():
+                return
+            for domain in self.domains:
+                if domain in paused and domain not in self._paused:
+                    self._paused.add(domain)
+                    await self.subscriptions.hold(domain)
+                    log.info("%s paused: its queue is left alone until resumed", domain)
+                elif domain not in paused and domain in self._paused:
+                    self._paused.discard(domain)
+                    if domain not in self.halted:
+                        await self.subscriptions.release(domain)
+                    log.info("%s resumed", domain)
 
     def _prefetch(self, domain: str) -> int:
         """The domain queue's prefetch: as configured, unless this consumer's share is smaller, or
@@ -236,12 +268,12 @@ class Consumer:
     async def _until_drained(self) -> None:
         drain = Drain(
             self.connection,
-            lambda: work_queues(self.config, self.names, self._active()),
+            lambda: work_queues(self.config, self.names, self._active(self.domains)),
             lambda: len(self.config.retry_tiers),
             self.tuning,
         )
 
         async def resume() -> None:
-            await self.subscriptions.add(self._active())
+            await self.subscriptions.add(self._active(self.domains))
 
         await drain.wait(self._stop, lambda: self._inflight == 0, self._unsubscribe, resume)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from crawler.config import Rules
-from crawler.errors import BackendHalt, BadURL, FetchError, HookFailed, Refused, TooManyRedirects
+from crawler.errors import BackendHalt, BadURL, Cancelled, FetchError, HookFailed, Refused, TooManyRedirects
 from crawler.fetch.fetcher import Fetcher, Response
 from crawler.fetch.ratelimit import Budget, RateLimiter
 from crawler.fetch.robots import Robots
@@ -93,12 +93,14 @@ class Visitor:
         rules: Rules,
         fields: Fields,
         via: Sequence[str] = (),
+        cancelled: Callable[[], Awaitable[bool]] | None = None,
         start_by: float | None = None,
     ) -> Outcome:
         """Visit `record.url` under the domain's `rules`; never raises for what the site does.
 
         BackendHalt (the fetch service refuses the key, or its budget is spent) is raised: the
-        domain stops, the page is not the site's failure.
+        domain stops, the page is not the site's failure. If `cancelled()` holds right before the
+        request would go out, raise Cancelled instead.
 
         `via` is the redirect chain that led here (`hop_id`s), for max_redirects and loops. A fetch
         that would start after `start_by` (monotonic) is not started: the outcome is `late`.
@@ -116,6 +118,9 @@ class Visitor:
                 return Outcome(replace(record, error=DISALLOWED), (), Failure("permanent", DISALLOWED))
             crawl_delay = verdict.crawl_delay
         waited += await self._limiter.acquire(domain, lambda: budget(self._rules_of(domain), crawl_delay))
+        # The rate wait may have been long: a cancel that answered meanwhile must stop this request.
+        if cancelled is not None and await cancelled():
+            raise Cancelled(f"{url}: its crawl was cancelled")
         started = time.monotonic()
         if start_by is not None and started > start_by:
             return Outcome(record, rate_wait=waited, late=True)

@@ -13,7 +13,9 @@ from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
 
-from crawler.errors import BackendHalt, BadURL, InvalidMessage, SinkError
+from crawler import names as hdr
+from crawler.errors import BackendHalt, BadURL, Cancelled, InvalidMessage, SinkError
+from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.message import CrawlMessage
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.retry import Delay, Failure, next_delay
@@ -48,6 +50,7 @@ class Pipeline:
         metrics: Metrics,
         *,
         short_retry_wait: float,
+        crawls: CrawlState | None = None,
     ) -> None:
         self._live = live
         self._visitor = visitor
@@ -58,6 +61,7 @@ class Pipeline:
         self._parking = parking
         self._metrics = metrics
         self._wait = short_retry_wait
+        self._crawls = crawls  # None: crawl ids are carried but not checked nor counted (tests)
 
     async def handle(self, domain: str, message: AbstractIncomingMessage) -> None:
         """Bring one delivery to its outcome and ack it (or leave it to the broker to deliver again)."""
@@ -70,7 +74,8 @@ class Pipeline:
             # Infrastructure trouble (broker, database) after the fetch: wait a tier and try again.
             log.warning("%s: %r; will retry", domain, exc)
             self._metrics.observe_error(domain, "internal")
-            await self._park_or_return(message, domain, Failure("transient", f"{exc}"))
+            if await self._park_or_return(message, domain, Failure("transient", f"{exc}")):
+                await self._count(_crawl_of(message), message, domain, "retried")
 
     async def _process(self, domain: str, message: AbstractIncomingMessage, received: float) -> None:
         attempts = attempts_of(message) + 1
@@ -80,17 +85,42 @@ class Pipeline:
             log.warning("%s: invalid message set aside: %s", domain, exc)
             await self._parking.dead(message, domain, attempts, Failure("invalid", str(exc)))
             return await self._done(message, domain, "invalid")
+        if await self._cancelled(crawl.crawl):
+            return await self._done(message, domain, "cancelled")
+        options = await self._options(crawl.crawl)
         rules = self._live.rules(domain)
         # A page counts against max_pages once, on its first try (not again when returned unfetched).
-        if attempts == 1 and not message.redelivered and not await self._quota.take(domain, rules.max_pages):
+        first = attempts == 1 and not message.redelivered
+        if first and not await self._quota.take(domain, rules.max_pages, crawl.crawl):
             pages_log.info("%s %s: skipped, max_pages %d reached", domain, url, rules.max_pages)
+            await self._count(crawl.crawl, message, domain, "skipped")
+            return await self._done(message, domain, "skipped")
+        if (
+            first
+            and crawl.crawl is not None
+            and options.max_pages is not None
+            and not await self._quota.take_crawl(crawl.crawl, options.max_pages)
+        ):
+            pages_log.info("%s %s: skipped, the crawl's max_pages %d reached", domain, url, options.max_pages)
+            await self._count(crawl.crawl, message, domain, "skipped")
             return await self._done(message, domain, "skipped")
         if not await self._cost.allows(domain, rules):
             pages_log.info("%s %s: skipped, max_credits %g reached", domain, url, rules.max_credits or 0)
+            await self._count(crawl.crawl, message, domain, "skipped")
             return await self._done(message, domain, "skipped", reason="max_credits")
-        record = PageRecord(url=url, domain=domain, depth=crawl.depth, attempts=attempts)
+        record = PageRecord(url=url, domain=domain, depth=crawl.depth, attempts=attempts, crawl=crawl.crawl)
         start_by = self._live.config.start_by(received, rules)
-        outcome = await self._visitor.visit(record, rules, self._live.fields(domain), crawl.via, start_by)
+        try:
+            outcome = await self._visitor.visit(
+                record,
+                rules,
+                self._live.fields(domain),
+                crawl.via,
+                lambda: self._cancelled(crawl.crawl),
+                start_by,
+            )
+        except Cancelled:
+            return await self._done(message, domain, "cancelled")
         if outcome.late:
             # Waiting for a rate token used the delivery's time: fetching now could outlive RabbitMQ's
             # consumer_timeout, which would close the channel and have the work done twice.
@@ -105,18 +135,21 @@ class Pipeline:
         if failure is not None and delay is not None:
             await self._parking.retry(message, domain, attempts, delay, failure)
             self._log("retry", outcome, crawl, attempts, delay=round(delay.seconds, 1))
+            await self._count(crawl.crawl, message, domain, "retried")
             return await self._done(message, domain, "retried")
         await short_retries(SinkError, lambda: self._writes.store(outcome.record), self._wait)
         if outcome.links:
-            await self._route(domain, outcome.links, crawl.depth + 1, url)
+            await self._route(domain, outcome.links, crawl.depth + 1, url, crawl=crawl, options=options)
         if outcome.redirect is not None:
             # Routed like a link at the page's own depth: the target's domain queue, rate, robots.txt
             # and dedup claim apply to it as to any request; a target already seen is not fetched.
-            await self._route(domain, [outcome.redirect], crawl.depth, url, (*crawl.via, hop_id(url)))
+            hops = (*crawl.via, hop_id(url))
+            await self._route(domain, [outcome.redirect], crawl.depth, url, hops, crawl, options)
         if failure is not None and failure.transient:
             await self._parking.dead(message, domain, attempts, failure)
         kind: OutcomeKind = "ok" if failure is None else "dead" if failure.transient else "failed"
         self._log(kind, outcome, crawl, attempts, links=len(outcome.links))
+        await self._count(crawl.crawl, message, domain, kind)
         await self._done(message, domain, kind, outcome.record.status_code)
 
     def _read(self, domain: str, message: AbstractIncomingMessage) -> tuple[CrawlMessage, str]:
@@ -141,15 +174,55 @@ class Pipeline:
         )
 
     async def _route(
-        self, domain: str, urls: Sequence[str], depth: int, parent: str, via: tuple[str, ...] = ()
+        self,
+        domain: str,
+        urls: Sequence[str],
+        depth: int,
+        parent: str,
+        via: tuple[str, ...] = (),
+        crawl: CrawlMessage | None = None,
+        options: CrawlOptions | None = None,
     ) -> None:
         claimant = fingerprint(parent)
+        # Links inherit the page's crawl: its own dedup store, and its options' limits.
+        crawl_id = crawl.crawl if crawl is not None else None
+        options = options or _NO_OPTIONS
         routed = await short_retries(
             PublishFailed,
-            lambda: self._router.route(urls, depth=depth, claimant=claimant, via=via),
+            lambda: self._router.route(
+                urls,
+                depth=depth,
+                claimant=claimant,
+                via=via,
+                crawl=crawl_id,
+                domains=options.domains,
+                max_depth=options.max_depth,
+            ),
             self._wait,
         )
         self._metrics.observe_links(domain, routed)
+        if crawl_id is not None and self._crawls is not None and routed.by_domain:
+            await self._crawls.count(crawl_id, {(d, "routed"): n for d, n in routed.by_domain.items()})
+
+    async def _cancelled(self, crawl: str | None) -> bool:
+        return crawl is not None and self._crawls is not None and await self._crawls.cancelled(crawl)
+
+    async def _options(self, crawl: str | None) -> CrawlOptions:
+        if crawl is None or self._crawls is None:
+            return _NO_OPTIONS
+        return await self._crawls.options(crawl) or _NO_OPTIONS
+
+    async def _count(
+        self, crawl: str | None, message: AbstractIncomingMessage, domain: str, kind: OutcomeKind
+    ) -> None:
+        """Count an outcome in its crawl's counts; a message back from a retry tier is no longer waiting."""
+        if crawl is None or self._crawls is None:
+            return
+        back = hdr.HEADER_RETRY_TIER in (message.headers or {})
+        changes = {(domain, "retrying"): (kind == "retried") - back}
+        if kind != "retried":
+            changes[domain, kind] = 1
+        await self._crawls.count(crawl, changes)
 
     async def _done(
         self,
@@ -162,18 +235,21 @@ class Pipeline:
         self._metrics.observe_outcome(domain, kind, status, reason)
         await message.ack()
 
-    async def _park_or_return(self, message: AbstractIncomingMessage, domain: str, failure: Failure) -> None:
+    async def _park_or_return(self, message: AbstractIncomingMessage, domain: str, failure: Failure) -> bool:
+        """Park the message in the longest tier (True), or leave it to the broker (False)."""
         # Our own trouble, not the site's: wait the longest delay, however often it happens.
         tier = self._live.rules(domain).retry_delays[-1]
         try:
             await self._parking.retry(message, domain, attempts_of(message), Delay(tier, tier), failure)
             await self._done(message, domain, "retried")
+            return True
         except Exception as exc:
             log.warning("%s: cannot park the message (%r); the broker will deliver it again", domain, exc)
             try:
                 await message.nack(requeue=True)
             except Exception as nack_failed:  # the channel is gone: the broker redelivers anyway
                 log.debug("%s: nack failed too (%r)", domain, nack_failed)
+            return False
 
     def _log(self, kind: str, outcome: Outcome, crawl: CrawlMessage, attempts: int, **fields: Any) -> None:
         record, failure = outcome.record, outcome.failure
@@ -189,3 +265,14 @@ class Pipeline:
             error=failure.error if failure else None,
             **fields,
         )
+
+
+_NO_OPTIONS = CrawlOptions()
+
+
+def _crawl_of(message: AbstractIncomingMessage) -> str | None:
+    """The crawl id of a message, None if it has none or cannot be read."""
+    try:
+        return CrawlMessage.decode(message.body).crawl
+    except InvalidMessage:
+        return None

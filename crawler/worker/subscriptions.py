@@ -31,6 +31,8 @@ class _Subscription:
     channel: AbstractChannel
     queue: AbstractQueue
     tag: str
+    callback: Callable[[AbstractIncomingMessage], Awaitable[None]]
+    held: bool = False  # its consumer is cancelled (the domain is paused); the channel stays open
 
 
 class Subscriptions:
@@ -57,7 +59,6 @@ class Subscriptions:
         self._label = label
         self._tuning = tuning
         self._subs: list[_Subscription] = []
-        self._retired: list[_Subscription] = []  # removed domains' channels, closed with the rest
         # Work waits until the first queues are all subscribed: their pages would otherwise hold up
         # the other subscriptions (each round trip waits its turn in a busy loop).
         self._ready = asyncio.Event()
@@ -95,15 +96,27 @@ class Subscriptions:
 
         await at_once(set_qos, [s for s in self._subs if s.domain in wanted], self._tuning.at_once)
 
-    async def remove(self, domain: str) -> None:
-        """Stop new deliveries of `domain`'s queue; its channel stays (its deliveries in flight can
-        still be acked or returned) until `close`."""
-        subs = [s for s in self._subs if s.domain == domain]
-        for sub in subs:
-            self._subs.remove(sub)
-            self._retired.append(sub)
-            with contextlib.suppress(Exception):
-                await sub.queue.cancel(sub.tag)
+    def subscribed(self, domain: str) -> bool:
+        """Whether `domain`'s queue has a subscription here (held or not)."""
+        return any(s.domain == domain for s in self._subs)
+
+    async def hold(self, domain: str) -> None:
+        """Stop new deliveries of one domain's queue; what was delivered finishes and is acked."""
+        for sub in self._subs:
+            if sub.domain == domain and not sub.held:
+                sub.held = True
+                with contextlib.suppress(Exception):
+                    await sub.queue.cancel(sub.tag)
+
+    async def release(self, domain: str) -> None:
+        """Take deliveries of a held domain's queue again (subscribe it, if it never was)."""
+        if not self.subscribed(domain):
+            await self.add([domain])
+            return
+        for sub in self._subs:
+            if sub.domain == domain and sub.held:
+                await sub.queue.consume(sub.callback, consumer_tag=sub.tag)
+                sub.held = False
 
     async def cancel(self) -> None:
         """Stop new deliveries; what is delivered stays until `close`."""
@@ -121,9 +134,8 @@ class Subscriptions:
             with contextlib.suppress(Exception):
                 await sub.channel.close()
 
-        await at_once(close, [*self._subs, *self._retired], self._tuning.at_once)
+        await at_once(close, self._subs, self._tuning.at_once)
         self._subs.clear()
-        self._retired.clear()
 
     async def _subscribe(self, where: tuple[str, AbstractRobustConnection]) -> None:
         domain, connection = where
@@ -141,7 +153,7 @@ class Subscriptions:
             await self._handler(domain, message)
 
         await queue.consume(callback, consumer_tag=tag)
-        self._subs.append(_Subscription(domain, connection, channel, queue, tag))
+        self._subs.append(_Subscription(domain, connection, channel, queue, tag, callback))
 
     def _room(self, connection: AbstractRobustConnection) -> int:
         """How many more domain channels `connection` may carry."""

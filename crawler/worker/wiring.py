@@ -20,6 +20,7 @@ from crawler.fetch.api import ENV_URL, ApiEndpoint, ApiFetcher, RoutingFetcher
 from crawler.fetch.fetcher import BoundedFetcher, Fetcher, HttpFetcher
 from crawler.fetch.ratelimit import RateLimiter
 from crawler.fetch.robots import Robots
+from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.exchanges import declare, topology, work_queues
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.router import Routed, Router
@@ -99,7 +100,8 @@ def parts(
         config.max_retry_after,
     )
     cost = Cost(f.redis, names, metrics, backend)
-    return Parts(live, visitor, f.seen, PageQuota(f.redis, names), cost, GroupCommit(sink))
+    quota = PageQuota(f.redis, names)
+    return Parts(live, visitor, f.seen, quota, cost, GroupCommit(sink), CrawlState(f.redis, names))
 
 
 def check_domains(config: CrawlConfig, domains: Sequence[str] | None) -> list[str]:
@@ -134,13 +136,18 @@ def check_seeds(config: CrawlConfig, urls: Sequence[str]) -> list[str]:
 
 
 async def seed(
-    settings: Settings, config: CrawlConfig, urls: Sequence[str], priority: int | None = None
+    settings: Settings,
+    config: CrawlConfig,
+    urls: Sequence[str],
+    priority: int | None = None,
+    crawl: str | None = None,
+    options: CrawlOptions | None = None,
 ) -> Routed:
-    """Declare the topology and route the seed URLs."""
+    """Declare the topology and route the seed URLs (of crawl `crawl`; None: the default crawl)."""
     seeds = check_seeds(config, urls)
     config = with_dedup_mode(config, settings.dedup)
     async with frontier(settings, "crawler seed", config) as f:
-        return await _seed(f, settings, config, seeds, priority)
+        return await seed_into(f, settings, config, seeds, priority, crawl, options)
 
 
 async def declare_topology(f: Frontier, settings: Settings, config: CrawlConfig) -> None:
@@ -152,17 +159,37 @@ async def declare_topology(f: Frontier, settings: Settings, config: CrawlConfig)
         await channel.close()
 
 
-async def _seed(
-    f: Frontier, settings: Settings, config: CrawlConfig, seeds: list[str], priority: int | None
+async def seed_into(
+    f: Frontier,
+    settings: Settings,
+    config: CrawlConfig,
+    seeds: Sequence[str],
+    priority: int | None,
+    crawl: str | None = None,
+    options: CrawlOptions | None = None,
 ) -> Routed:
+    """Route canonical seeds over an open frontier, counted in their crawl's counts if they have one."""
     await declare_topology(f, settings, config)
+    options = options or CrawlOptions()
     channel = await f.connection.channel(publisher_confirms=True)
     try:
         exchange = await channel.get_exchange(settings.names.frontier, ensure=False)
         router = Router(config, exchange, f.seen, PageQuota(f.redis, settings.names))
-        return await router.route(seeds, depth=0, claimant=SEED_CLAIMANT, priority=priority)
+        routed = await router.route(
+            seeds,
+            depth=0,
+            claimant=SEED_CLAIMANT,
+            priority=priority,
+            crawl=crawl,
+            domains=options.domains,
+            max_depth=options.max_depth,
+        )
     finally:
         await channel.close()
+    if crawl is not None and routed.by_domain:
+        counts = {(d, "routed"): n for d, n in routed.by_domain.items()}
+        await CrawlState(f.redis, settings.names).count(crawl, counts)
+    return routed
 
 
 async def consume(
@@ -222,7 +249,7 @@ async def consume(
         await consumer.seen.check()  # a fleet whose processes disagree on dedup would crawl twice
         await stack.enter_async_context(monitored(monitoring, consumer, f.redis, role=role))
         if canonical_seeds:
-            await _seed(f, settings, config, canonical_seeds, None)
+            await seed_into(f, settings, config, canonical_seeds, None)
         await consumer.run()
         return consumer.summary()
 

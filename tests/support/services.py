@@ -102,6 +102,7 @@ def crawler_command(entry: str, *args: str) -> list[str]:
         "crawler": ("crawler.cli", "main"),
         "crawler-consume": ("crawler.cli", "consume_main"),
         "crawler-gateway": ("crawler.gateway.cli", "main"),
+        "crawler-api": ("crawler.api.main", "main"),
     }[entry]
     # The tripwire first: whatever the crawler does, it connects nowhere but loopback.
     code = (

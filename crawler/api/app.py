@@ -1,0 +1,482 @@
+"""The HTTP API under /v1: crawls, domains, dead letters, health and metrics, over crawler.service."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Send
+from starlette.types import Scope as ASGIScope
+
+from crawler.api.security import Scope, Token, allows, authenticate
+from crawler.config import CrawlConfig
+from crawler.errors import (
+    BadURL,
+    ConfigError,
+    Conflict,
+    CrawlerError,
+    NotFound,
+    ServiceUnavailable,
+    SinkError,
+)
+from crawler.frontier.message import CRAWL_ID
+from crawler.service import Control, CrawlView, DomainView, NewCrawl
+from crawler.settings import Settings
+
+MAX_BODY_BYTES = 64 * 1024
+PROBLEM = "application/problem+json"
+CrawlId = Annotated[str, Path(pattern=CRAWL_ID.pattern, max_length=64, description="a crawl's id")]
+
+
+class Problem(BaseModel):
+    """An error, as RFC 9457 problem details."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str | None = None
+
+
+class NewCrawlIn(BaseModel):
+    """A crawl to start: seeds and options."""
+
+    model_config = ConfigDict(extra="forbid")
+    seeds: list[Annotated[str, Field(min_length=1, max_length=2048)]] = Field(min_length=1, max_length=1000)
+    label: str | None = Field(None, max_length=200)
+    priority: int | None = Field(None, ge=0, le=9)
+    max_depth: int | None = Field(None, ge=0, le=1_000_000)
+    max_pages: int | None = Field(None, ge=1, le=1_000_000_000)
+    domains: list[Annotated[str, Field(min_length=1, max_length=253)]] | None = Field(
+        None, min_length=1, max_length=1000
+    )
+
+
+class DomainCounts(BaseModel):
+    """A crawl's outcomes in one domain."""
+
+    ok: int
+    failed: int
+    retrying: int
+    dead: int
+    pending: int
+
+
+class CrawlOptionsOut(BaseModel):
+    """A crawl's options."""
+
+    domains: list[str] | None = None
+    max_depth: int | None = None
+    max_pages: int | None = None
+    priority: int | None = None
+
+
+class CrawlOut(BaseModel):
+    """A crawl: its state, options and counts per domain."""
+
+    id: str
+    label: str | None
+    state: Literal["running", "finished", "cancelled"]
+    seeds: list[str]
+    options: CrawlOptionsOut
+    started: datetime
+    finished: datetime | None
+    counts: dict[str, DomainCounts]
+    credits: float | None
+
+    @classmethod
+    def of(cls, view: CrawlView) -> CrawlOut:
+        """The response body of a crawl's view."""
+        return cls(
+            id=view.id,
+            label=view.label,
+            state=view.state,
+            seeds=view.seeds,
+            options=CrawlOptionsOut(**view.options),
+            started=view.started,
+            finished=view.finished,
+            counts={d: DomainCounts(**c) for d, c in view.counts.items()},
+            credits=view.credits,
+        )
+
+
+class CrawlList(BaseModel):
+    """Crawls, newest first."""
+
+    crawls: list[CrawlOut]
+
+
+class DomainOut(BaseModel):
+    """A configured domain."""
+
+    domain: str
+    depth: int
+    unacked: int | None
+    rate: float
+    pages_per_second: float
+    paused: bool
+    workers: int
+
+    @classmethod
+    def of(cls, view: DomainView) -> DomainOut:
+        """The response body of a domain's view."""
+        return cls(**{k: getattr(view, k) for k in cls.model_fields})
+
+
+class DomainList(BaseModel):
+    """Every configured domain."""
+
+    domains: list[DomainOut]
+
+
+class DeadLetterOut(BaseModel):
+    """A message set aside in the dead queue, and why."""
+
+    url: str
+    domain: str
+    reason: str
+    attempts: int
+    status: int
+    error: str
+    consumer: str
+    time: str
+
+
+class DeadList(BaseModel):
+    """Dead letters, oldest first."""
+
+    dead: list[DeadLetterOut]
+
+
+class Counted(BaseModel):
+    """How many messages an action took."""
+
+    count: int
+
+
+class Health(BaseModel):
+    """Liveness, or readiness with each service's state."""
+
+    status: Literal["ok", "unavailable"]
+    services: dict[str, str] = {}
+
+
+def _problem_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    schema = {"$ref": "#/components/schemas/Problem"}
+    return {
+        c: {"description": "a problem (RFC 9457)", "content": {PROBLEM: {"schema": schema}}} for c in codes
+    }
+
+
+def problem(
+    status: int, title: str, detail: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """A problem+json response."""
+    body = Problem(title=title, status=status, detail=detail).model_dump()
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, title: str, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(title)
+        self.status, self.title, self.detail, self.headers = status, title, detail, headers
+
+
+def _need(scope: Scope) -> Callable[[Request], Awaitable[Token]]:
+    async def check(request: Request) -> Token:
+        tokens: list[Token] = request.app.state.tokens
+        header = request.headers.get("authorization", "")
+        kind, _, presented = header.partition(" ")
+        challenge = {"WWW-Authenticate": 'Bearer realm="crawler"'}
+        if kind.lower() != "bearer" or not presented.strip():
+            raise _Refused(401, "Unauthorized", "send Authorization: Bearer <token>", challenge)
+        token = authenticate(tokens, presented.strip())
+        if token is None:
+            raise _Refused(401, "Unauthorized", "the token is not valid", challenge)
+        if not allows(token, scope):
+            raise _Refused(403, "Forbidden", f"this needs a token of scope {scope}")
+        return token
+
+    return check
+
+
+READ = [Depends(_need("read"))]
+ADMIN = [Depends(_need("admin"))]
+
+v1 = APIRouter(prefix="/v1", responses=_problem_responses(401, 403, 413, 422, 503))
+
+
+def _control(request: Request) -> Control:
+    control: Control = request.app.state.control
+    return control
+
+
+@v1.post("/crawls", status_code=201, dependencies=ADMIN, response_model=CrawlOut)
+async def create_crawl(body: NewCrawlIn, request: Request, response: Response) -> CrawlOut:
+    """Start a crawl: record it, route its seeds; answers with its id."""
+    view = await _control(request).create_crawl(
+        NewCrawl(body.seeds, body.label, body.priority, body.max_depth, body.max_pages, body.domains)
+    )
+    response.headers["Location"] = f"/v1/crawls/{view.id}"
+    return CrawlOut.of(view)
+
+
+@v1.get("/crawls", dependencies=READ, response_model=CrawlList)
+async def list_crawls(
+    request: Request, state: Literal["running", "finished", "cancelled"] | None = None
+) -> CrawlList:
+    """Every crawl, newest first; `state` keeps only those in it."""
+    return CrawlList(crawls=[CrawlOut.of(v) for v in await _control(request).list_crawls(state)])
+
+
+@v1.get("/crawls/{crawl}", dependencies=READ, response_model=CrawlOut, responses=_problem_responses(404))
+async def get_crawl(crawl: CrawlId, request: Request) -> CrawlOut:
+    """One crawl: state, counts per domain, credits, started, finished."""
+    return CrawlOut.of(await _control(request).get_crawl(crawl))
+
+
+@v1.post(
+    "/crawls/{crawl}/cancel", dependencies=ADMIN, response_model=CrawlOut, responses=_problem_responses(404)
+)
+async def cancel_crawl(crawl: CrawlId, request: Request) -> CrawlOut:
+    """Cancel a crawl: once this answers, no consumer starts a fetch of it; its counts are final."""
+    return CrawlOut.of(await _control(request).cancel_crawl(crawl))
+
+
+@v1.delete("/crawls/{crawl}", status_code=204, dependencies=ADMIN, responses=_problem_responses(404))
+async def delete_crawl(crawl: CrawlId, request: Request, purge: bool = False) -> Response:
+    """Forget a crawl (cancelled first if running); its pages stay unless `purge=true`."""
+    await _control(request).delete_crawl(crawl, purge)
+    return Response(status_code=204)
+
+
+@v1.get("/domains", dependencies=READ, response_model=DomainList)
+async def list_domains(request: Request) -> DomainList:
+    """Every configured domain: queue depth, rate, paused, workers."""
+    return DomainList(domains=[DomainOut.of(d) for d in await _control(request).domains()])
+
+
+Domain = Annotated[str, Path(min_length=1, max_length=253)]
+
+
+@v1.post(
+    "/domains/{domain}/pause", dependencies=ADMIN, response_model=DomainOut, responses=_problem_responses(404)
+)
+async def pause_domain(domain: Domain, request: Request) -> DomainOut:
+    """Pause a domain fleet-wide within a second; its queued messages wait, untouched."""
+    control = _control(request)
+    chosen = await control.pause(domain)
+    return next(DomainOut.of(d) for d in await control.domains() if d.domain == chosen)
+
+
+@v1.post(
+    "/domains/{domain}/resume",
+    dependencies=ADMIN,
+    response_model=DomainOut,
+    responses=_problem_responses(404),
+)
+async def resume_domain(domain: Domain, request: Request) -> DomainOut:
+    """Resume a paused domain fleet-wide."""
+    control = _control(request)
+    chosen = await control.resume(domain)
+    return next(DomainOut.of(d) for d in await control.domains() if d.domain == chosen)
+
+
+DomainFilter = Annotated[str | None, Query(max_length=253, description="this domain and its subdomains")]
+ReasonFilter = Annotated[Literal["transient", "invalid", "rejected", "unknown"] | None, Query()]
+
+
+@v1.get("/dead", dependencies=READ, response_model=DeadList)
+async def list_dead(
+    request: Request,
+    domain: DomainFilter = None,
+    reason: ReasonFilter = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+) -> DeadList:
+    """Dead letters, oldest first; the queue is left as it was."""
+    letters = await _control(request).dead_letters(domain, reason, limit)
+    return DeadList(dead=[DeadLetterOut(**asdict(letter)) for letter in letters])
+
+
+@v1.post("/dead/replay", dependencies=ADMIN, response_model=Counted)
+async def replay_dead(request: Request, domain: DomainFilter = None, reason: ReasonFilter = None) -> Counted:
+    """Put matching dead letters back into their domain queues, attempts reset."""
+    return Counted(count=await _control(request).replay_dead(domain, reason))
+
+
+@v1.delete("/dead", dependencies=ADMIN, response_model=Counted)
+async def purge_dead(request: Request, domain: DomainFilter = None, reason: ReasonFilter = None) -> Counted:
+    """Delete matching dead letters for good."""
+    return Counted(count=await _control(request).purge_dead(domain, reason))
+
+
+@v1.get("/healthz", response_model=Health)
+async def healthz() -> Health:
+    """Liveness: the API answers. Open, for probes."""
+    return Health(status="ok")
+
+
+@v1.get("/readyz", response_model=Health, responses={503: {"model": Health}})
+async def readyz(request: Request) -> JSONResponse:
+    """Readiness: RabbitMQ, Redis and the database reachable (503 if one is not). Open, for probes."""
+    services = await _control(request).readiness()
+    ok = all(v == "ok" for v in services.values())
+    body = Health(status="ok" if ok else "unavailable", services=services)
+    return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
+
+
+@v1.get(
+    "/metrics",
+    dependencies=READ,
+    response_class=Response,
+    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
+)
+async def metrics(request: Request) -> Response:
+    """The API's Prometheus metrics (requests by route and status)."""
+    return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+_STATUS = {
+    NotFound: 404,
+    Conflict: 409,
+    BadURL: 422,
+    ConfigError: 422,
+    ServiceUnavailable: 503,
+    SinkError: 503,
+}
+
+
+def create_app(
+    settings: Settings, config: CrawlConfig, tokens: list[Token], control: Control | None = None
+) -> FastAPI:
+    """The API app; it opens its own connections at start-up unless given `control`."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if control is not None:
+            app.state.control = control
+            yield
+            return
+        async with Control.open(settings, config, "crawler-api") as opened:
+            app.state.control = opened
+            yield
+
+    app = FastAPI(
+        title="crawler API",
+        version="1",
+        description="Drive crawls over HTTP: create, inspect, cancel; pause domains; the dead queue.",
+        lifespan=lifespan,
+        docs_url=None,  # the docs UI loads scripts from a CDN; the schema is at /openapi.json
+        redoc_url=None,
+    )
+    app.state.tokens = tokens
+    registry = CollectorRegistry()
+    app.state.registry = registry
+    requests = Counter("crawler_api_requests", "API requests", ["route", "status"], registry=registry)
+    seconds = Histogram("crawler_api_request_seconds", "API request time", ["route"], registry=registry)
+    app.include_router(v1)
+    app.openapi_schema = None
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
+            schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = (
+                Problem.model_json_schema()
+            )
+            schema["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+    @app.exception_handler(_Refused)
+    async def refused(_: Request, exc: _Refused) -> JSONResponse:
+        return problem(exc.status, exc.title, exc.detail, exc.headers)
+
+    @app.exception_handler(CrawlerError)
+    async def crawler_error(_: Request, exc: CrawlerError) -> JSONResponse:
+        status = next((s for t, s in _STATUS.items() if isinstance(exc, t)), 500)
+        titles = {404: "Not Found", 409: "Conflict", 422: "Unprocessable Content", 503: "Service Unavailable"}
+        return problem(status, titles.get(status, "Internal Server Error"), str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return problem(422, "Unprocessable Content", f"{where}: {first.get('msg', 'invalid')}")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return problem(exc.status_code, str(exc.detail), None, dict(exc.headers or {}))
+
+    @app.middleware("http")
+    async def count(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        started = time.monotonic()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        requests.labels(path, str(response.status_code)).inc()
+        seconds.labels(path).observe(time.monotonic() - started)
+        return response
+
+    app.add_middleware(LimitBody)
+    return app
+
+
+class LimitBody:
+    """Refuses request bodies over MAX_BODY_BYTES with a 413, whether declared or streamed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+            return await _refuse(send)
+        seen = 0
+        started = refused = False
+
+        async def counted() -> Message:
+            nonlocal seen, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > MAX_BODY_BYTES and not refused:
+                    refused = True
+                    if not started:
+                        await _refuse(send)
+                    return {"type": "http.disconnect"}  # the app stops reading; its answer is dropped
+            return message
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if refused:
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        await self.app(scope, counted, tracked)
+
+
+async def _refuse(send: Send) -> None:
+    response = problem(413, "Content Too Large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
+    await response({"type": "http"}, _nothing, send)
+
+
+async def _nothing() -> Message:
+    return {"type": "http.disconnect"}

@@ -1,0 +1,135 @@
+"""What the fleet shares about crawls in Redis: their options, which are cancelled, their outcome
+counts, and which domains are paused. The durable record of a crawl is its database row
+(crawler/sink/crawls.py); this is what every worker reads on the hot path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from crawler.names import Names
+
+# Outcome kinds a crawl counts per domain. "routed" counts URLs queued; "retrying" those waiting in
+# a retry tier (up when parked, down when they come back and end).
+COUNTED = ("routed", "ok", "failed", "dead", "skipped", "retrying")
+MAX_CACHED = 1024  # crawls' options a worker keeps read (they never change once the crawl exists)
+
+# Counts stop the moment a crawl is cancelled: the check and the increments are one atomic step.
+# KEYS: cancelled set, counts hash. ARGV: crawl id, then (field, increment) pairs.
+_COUNT = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
+for i = 2, #ARGV, 2 do redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
+return 1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlOptions:
+    """A crawl's limits, beyond domains.yaml's: a subset of domains, a depth, a page budget."""
+
+    domains: tuple[str, ...] | None = None
+    max_depth: int | None = None
+    max_pages: int | None = None
+    priority: int | None = None
+
+    def encode(self) -> str:
+        """JSON of these options."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def decode(cls, text: str | bytes) -> CrawlOptions:
+        """Options from their JSON; tolerant of fields a newer version added."""
+        data: dict[str, Any] = json.loads(text)
+        domains = data.get("domains")
+        return cls(
+            domains=tuple(domains) if domains is not None else None,
+            max_depth=data.get("max_depth"),
+            max_pages=data.get("max_pages"),
+            priority=data.get("priority"),
+        )
+
+
+def pending(counts: Mapping[str, int]) -> int:
+    """URLs queued and not yet at an outcome, nor waiting for a retry."""
+    done = sum(counts.get(k, 0) for k in ("ok", "failed", "dead", "skipped", "retrying"))
+    return max(0, counts.get("routed", 0) - done)
+
+
+class CrawlState:
+    """One fleet's crawl state in Redis."""
+
+    def __init__(self, redis: Redis, names: Names) -> None:
+        self._redis = redis
+        self._names = names
+        self._options: dict[str, CrawlOptions | None] = {}
+        self._count = redis.register_script(_COUNT)
+
+    async def publish(self, crawl: str, options: CrawlOptions) -> None:
+        """Make a new crawl's options known to the workers (before its seeds are routed)."""
+        await self._redis.set(self._names.crawl_options_key(crawl), options.encode())
+
+    async def options(self, crawl: str) -> CrawlOptions | None:
+        """A crawl's options (None: unknown, e.g. forgotten); read once per process."""
+        if crawl in self._options:
+            return self._options[crawl]
+        raw = await self._redis.get(self._names.crawl_options_key(crawl))
+        found = CrawlOptions.decode(raw) if raw is not None else None
+        if len(self._options) >= MAX_CACHED:
+            self._options.clear()
+        if found is not None:  # an unknown crawl may yet be published: ask again next time
+            self._options[crawl] = found
+        return found
+
+    async def cancelled(self, crawl: str) -> bool:
+        """Whether `crawl` is cancelled (asked of Redis every time: a cancel takes hold at once)."""
+        return bool(await self._redis.sismember(self._names.cancelled_key, crawl))
+
+    async def cancel(self, crawl: str) -> None:
+        """Cancel `crawl` fleet-wide: from now on its messages are acked unfetched, its counts frozen."""
+        await self._redis.sadd(self._names.cancelled_key, crawl)
+
+    async def count(self, crawl: str, changes: Mapping[tuple[str, str], int]) -> None:
+        """Add to a crawl's counts, keyed (domain, kind); nothing once it is cancelled."""
+        args: list[str | int] = [crawl]
+        for (domain, kind), n in changes.items():
+            if n:
+                args += (f"{domain} {kind}", n)
+        if len(args) > 1:
+            keys = [self._names.cancelled_key, self._names.crawl_counts_key(crawl)]
+            await self._count(keys=keys, args=args)
+
+    async def counts(self, crawl: str) -> dict[str, dict[str, int]]:
+        """A crawl's counts per domain: every kind of COUNTED, zero if none yet."""
+        raw: dict[bytes | str, bytes | str] = await self._redis.hgetall(self._names.crawl_counts_key(crawl))
+        out: dict[str, dict[str, int]] = {}
+        for field, value in raw.items():
+            text = field.decode() if isinstance(field, bytes) else field
+            domain, _, kind = text.rpartition(" ")
+            out.setdefault(domain, dict.fromkeys(COUNTED, 0))[kind] = int(value)
+        return out
+
+    async def forget(self, crawl: str) -> None:
+        """Delete a crawl's options, dedup store and counts (its cancellation stays: see service)."""
+        keys = [key async for key in self._redis.scan_iter(match=self._names.crawl_keys(crawl), count=1000)]
+        keys.append(self._names.crawl_options_key(crawl).encode())
+        for i in range(0, len(keys), 1000):
+            await self._redis.delete(*keys[i : i + 1000])
+        self._options.pop(crawl, None)
+
+    async def paused(self) -> set[str]:
+        """The domains paused fleet-wide."""
+        members: set[bytes | str] = await self._redis.smembers(self._names.paused_key)
+        return {m.decode() if isinstance(m, bytes) else m for m in members}
+
+    async def pause(self, domain: str) -> None:
+        """Pause a domain: every consumer cancels its subscription within PAUSE_POLL."""
+        await self._redis.sadd(self._names.paused_key, domain)
+
+    async def resume(self, domain: str) -> None:
+        """Resume a paused domain: consumers of it subscribe again within PAUSE_POLL."""
+        await self._redis.srem(self._names.paused_key, domain)

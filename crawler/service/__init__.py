@@ -1,0 +1,7 @@
+"""The one service layer under both the command line and the HTTP API: crawls, domains, dead letters,
+health. Each verb is written once here; `crawler.cli` and `crawler.api` only translate to and from it.
+"""
+
+from crawler.service.control import Control, CrawlView, DomainView, NewCrawl, check_crawl
+
+__all__ = ["Control", "CrawlView", "DomainView", "NewCrawl", "check_crawl"]

@@ -1,0 +1,287 @@
+"""Control of a fleet: create, list, inspect, cancel, delete crawls; pause domains; dead letters; health."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from crawler.config import CrawlConfig, with_dedup_mode
+from crawler.errors import BadURL, ConfigError, NotFound
+from crawler.frontier import dead
+from crawler.frontier.crawls import CrawlOptions, CrawlState, pending
+from crawler.monitor.heartbeat import workers
+from crawler.monitor.status import status
+from crawler.settings import Settings
+from crawler.sink.crawls import CrawlRecord, CrawlStore
+from crawler.sink.crawls import CrawlState as State
+from crawler.sink.sql import migrate
+from crawler.worker import wiring
+
+
+@dataclass(frozen=True, slots=True)
+class NewCrawl:
+    """What a new crawl is: its seeds and options."""
+
+    seeds: Sequence[str]
+    label: str | None = None
+    priority: int | None = None
+    max_depth: int | None = None
+    max_pages: int | None = None
+    domains: Sequence[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlView:
+    """A crawl as reported: its record and its counts per domain (ok, failed, retrying, dead, pending)."""
+
+    id: str
+    label: str | None
+    state: State
+    seeds: list[str]
+    options: dict[str, Any]
+    started: datetime
+    finished: datetime | None
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Credits spent by paid fetch backends; None until the fetch gateway records them per crawl.
+    credits: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DomainView:
+    """A configured domain: its queue depth, its rate, whether it is paused, its consumers."""
+
+    domain: str
+    depth: int
+    unacked: int | None
+    rate: float  # requests per second domains.yaml allows
+    pages_per_second: float
+    paused: bool
+    workers: int  # consumers subscribed to its queue
+
+
+def _reported(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    return {
+        domain: {
+            "ok": c.get("ok", 0),
+            "failed": c.get("failed", 0),
+            "retrying": c.get("retrying", 0),
+            "dead": c.get("dead", 0),
+            "pending": pending(c),
+        }
+        for domain, c in sorted(counts.items())
+    }
+
+
+def _done(counts: dict[str, dict[str, int]]) -> bool:
+    """Whether everything a crawl queued has come to an outcome."""
+    return bool(counts) and all(pending(c) == 0 and c.get("retrying", 0) <= 0 for c in counts.values())
+
+
+def check_crawl(config: CrawlConfig, new: NewCrawl) -> tuple[list[str], tuple[str, ...] | None]:
+    """Canonical seeds and chosen domains of a new crawl; BadURL or ConfigError saying what is wrong.
+
+    Needs no service: callers may check before they connect.
+    """
+    if not new.seeds:
+        raise BadURL("a crawl needs at least one seed URL")
+    domains = tuple(wiring.check_domains(config, new.domains)) if new.domains else None
+    seeds = wiring.check_seeds(config, new.seeds)
+    if domains is not None:
+        outside = [s for s in seeds if config.domain_of(s.split("/")[2].rsplit(":", 1)[0]) not in domains]
+        if outside:
+            raise BadURL(f"{outside[0]}: not in the crawl's domains ({', '.join(domains)})")
+    return seeds, domains
+
+
+class Control:
+    """The verbs over one fleet's services; open it with `Control.open`."""
+
+    def __init__(
+        self, settings: Settings, config: CrawlConfig, f: wiring.Frontier, store: CrawlStore
+    ) -> None:
+        self.settings = settings
+        self.config = config
+        self._f = f
+        self._store = store
+        self._state = CrawlState(f.redis, settings.names)
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, settings: Settings, config: CrawlConfig, role: str) -> AsyncIterator[Control]:
+        """Connect to RabbitMQ, Redis and the database (migrated), and declare the topology."""
+        config = with_dedup_mode(config, settings.dedup)
+        await asyncio.to_thread(migrate, settings.database_url)
+        async with AsyncExitStack() as stack:
+            f = await stack.enter_async_context(wiring.frontier(settings, role, config))
+            store = CrawlStore(settings.database_url)
+            stack.callback(store.close)
+            await wiring.declare_topology(f, settings, config)
+            yield cls(settings, config, f, store)
+
+    # Crawls
+
+    async def create_crawl(self, new: NewCrawl) -> CrawlView:
+        """Record a crawl, make its options known to the workers, route its seeds; its view."""
+        seeds, domains = check_crawl(self.config, new)
+        options = CrawlOptions(domains, new.max_depth, new.max_pages, new.priority)
+        crawl = secrets.token_hex(8)
+        record = CrawlRecord(
+            crawl, new.label, "running", seeds, _options(options), datetime.now(UTC), None, None
+        )
+        # The record first: a crawl that routed anything is never one the database does not know.
+        await asyncio.to_thread(self._store.add, record)
+        await self._state.publish(crawl, options)
+        await wiring.seed_into(self._f, self.settings, self.config, seeds, new.priority, crawl, options)
+        return await self.get_crawl(crawl)
+
+    async def list_crawls(self, state: State | None = None) -> list[CrawlView]:
+        """Every crawl (newest first), or those in `state`."""
+        records = await asyncio.to_thread(self._store.list, None)
+        views = [await self._view(r) for r in records]
+        return [v for v in views if state is None or v.state == state]
+
+    async def get_crawl(self, crawl: str) -> CrawlView:
+        """One crawl with its counts; NotFound if there is none."""
+        return await self._view(await self._record(crawl))
+
+    async def cancel_crawl(self, crawl: str) -> CrawlView:
+        """Cancel a running crawl fleet-wide; once this returns no consumer starts a fetch of it."""
+        record = await self._record(crawl)
+        if record.state == "running":
+            # Redis first: workers check it before each fetch. From here its counts are frozen.
+            await self._state.cancel(crawl)
+            counts = _reported(await self._state.counts(crawl))
+            await asyncio.to_thread(self._store.end, crawl, "cancelled", counts)
+        return await self.get_crawl(crawl)
+
+    async def delete_crawl(self, crawl: str, purge: bool = False) -> None:
+        """Forget a crawl (cancelled first if running); its pages stay unless `purge`."""
+        record = await self._record(crawl)
+        # Its id stays in the cancelled set: messages still queued are acked unfetched.
+        await self._state.cancel(crawl)
+        if record.state == "running":
+            await asyncio.to_thread(self._store.end, crawl, "cancelled", {})
+        await asyncio.to_thread(self._store.delete, crawl, purge)
+        await self._state.forget(crawl)
+
+    async def _record(self, crawl: str) -> CrawlRecord:
+        record = await asyncio.to_thread(self._store.get, crawl)
+        if record is None:
+            raise NotFound(f"no crawl {crawl!r}: list them with `crawler crawls list` or GET /v1/crawls")
+        return record
+
+    async def _view(self, record: CrawlRecord) -> CrawlView:
+        if record.state == "running":
+            live = await self._state.counts(record.id)
+            counts = _reported(live)
+            if _done(live) and await asyncio.to_thread(self._store.end, record.id, "finished", counts):
+                record = await self._record(record.id)
+        else:
+            counts = record.counts or {}
+        return CrawlView(
+            record.id,
+            record.label,
+            record.state,
+            record.seeds,
+            record.options,
+            record.created_at,
+            record.finished_at,
+            counts,
+        )
+
+    # Domains
+
+    async def domains(self) -> list[DomainView]:
+        """Every configured domain's queue, rate, pause and consumers."""
+        data, paused = await asyncio.gather(status(self.settings, self.config), self._state.paused())
+        return [
+            DomainView(
+                d["domain"],
+                d["queue"]["ready"],
+                d["queue"]["unacked"],
+                self.config.rules_for(d["domain"]).rate,
+                d["pages_per_second"],
+                d["domain"] in paused,
+                d["queue"]["consumers"],
+            )
+            for d in data["domains"]
+        ]
+
+    async def pause(self, domain: str) -> str:
+        """Pause a configured domain fleet-wide: consumers leave its queue alone until resumed."""
+        (chosen,) = self._domain(domain)
+        await self._state.pause(chosen)
+        return chosen
+
+    async def resume(self, domain: str) -> str:
+        """Resume a paused domain fleet-wide."""
+        (chosen,) = self._domain(domain)
+        await self._state.resume(chosen)
+        return chosen
+
+    def _domain(self, domain: str) -> list[str]:
+        try:
+            return wiring.check_domains(self.config, [domain])
+        except ConfigError as exc:
+            raise NotFound(str(exc)) from None
+
+    # Dead letters
+
+    async def dead_letters(
+        self, domain: str | None = None, reason: str | None = None, limit: int | None = None
+    ) -> list[dead.DeadLetter]:
+        """The dead letters that match, oldest first; the queue is left as it was."""
+        return await dead.list_dead(
+            self._f.connection, self.settings.names, dead.matcher(domain, reason), limit
+        )
+
+    async def replay_dead(self, domain: str | None = None, reason: str | None = None) -> int:
+        """Put matching dead letters back into their queues, attempts reset; how many."""
+        return await dead.replay(self._f.connection, self.settings.names, dead.matcher(domain, reason))
+
+    async def purge_dead(self, domain: str | None = None, reason: str | None = None) -> int:
+        """Delete matching dead letters for good; how many."""
+        return await dead.purge(self._f.connection, self.settings.names, dead.matcher(domain, reason))
+
+    # Health
+
+    async def readiness(self) -> dict[str, str]:
+        """Each service: "ok", or what is wrong with it."""
+
+        async def broker() -> str:
+            channel = await asyncio.wait_for(self._f.connection.channel(), 5)
+            await channel.close()
+            return "ok"
+
+        async def redis() -> str:
+            await asyncio.wait_for(self._f.redis.ping(), 5)
+            return "ok"
+
+        async def database() -> str:
+            await asyncio.wait_for(asyncio.to_thread(self._store.ping), 5)
+            return "ok"
+
+        names = ("rabbitmq", "redis", "database")
+        results = await asyncio.gather(broker(), redis(), database(), return_exceptions=True)
+        return {
+            n: r if isinstance(r, str) else f"unreachable ({type(r).__name__})"
+            for n, r in zip(names, results, strict=True)
+        }
+
+    async def worker_count(self) -> int:
+        """Workers with a live heartbeat."""
+        return sum(1 for w in await workers(self._f.redis, self.settings.names) if w.state == "live")
+
+
+def _options(options: CrawlOptions) -> dict[str, Any]:
+    return {
+        "domains": list(options.domains) if options.domains is not None else None,
+        "max_depth": options.max_depth,
+        "max_pages": options.max_pages,
+        "priority": options.priority,
+    }

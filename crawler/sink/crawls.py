@@ -1,0 +1,142 @@
+"""Crawl records: one row per crawl in the `crawls` table, so no crawl is lost when a process restarts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeVar
+
+from sqlalchemy import JSON, DateTime, String, Text, delete, select, update
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Mapped, Session, mapped_column
+
+from crawler.errors import SinkError
+from crawler.sink.sql import Base, Page, create_sink_engine, engine_url
+
+CrawlState = Literal["running", "finished", "cancelled"]
+STATES: tuple[CrawlState, ...] = ("running", "finished", "cancelled")
+T = TypeVar("T")
+
+
+class Crawl(Base):
+    """One crawl (the `crawls` table)."""
+
+    __tablename__ = "crawls"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    label: Mapped[str | None] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    seeds: Mapped[list[str]] = mapped_column(JSON)
+    options: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Final counts per domain, written when the crawl ends (Redis holds the live ones until then).
+    counts: Mapped[dict[str, dict[str, int]] | None] = mapped_column(JSON)
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlRecord:
+    """A crawl as stored."""
+
+    id: str
+    label: str | None
+    state: CrawlState
+    seeds: list[str]
+    options: dict[str, Any]
+    created_at: datetime
+    finished_at: datetime | None
+    counts: dict[str, dict[str, int]] | None
+
+    @classmethod
+    def of(cls, row: Crawl) -> CrawlRecord:
+        """The record of a row; SQLite returns naive times, which are UTC."""
+        state: CrawlState = next((st for st in STATES if st == row.state), "running")
+        return cls(
+            row.id,
+            row.label,
+            state,
+            list(row.seeds),
+            dict(row.options),
+            _utc(row.created_at),
+            _utc(row.finished_at) if row.finished_at else None,
+            row.counts,
+        )
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+class CrawlStore:
+    """Reads and writes crawl records; blocking (callers run it in a thread)."""
+
+    def __init__(self, database_url: str) -> None:
+        url = engine_url(database_url)
+        self._redacted = url.render_as_string(hide_password=True)
+        self._engine = create_sink_engine(url)
+
+    def _session(self, work: Callable[[Session], T]) -> T:
+        try:
+            with Session(self._engine) as session, session.begin():
+                return work(session)
+        except DBAPIError as exc:
+            first = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc).__name__
+            raise SinkError(f"crawl records in {self._redacted}: {first}") from exc
+
+    def add(self, record: CrawlRecord) -> None:
+        """Store a new crawl."""
+
+        def work(session: Session) -> None:
+            session.add(
+                Crawl(
+                    id=record.id,
+                    label=record.label,
+                    state=record.state,
+                    seeds=record.seeds,
+                    options=record.options,
+                    created_at=record.created_at,
+                    finished_at=record.finished_at,
+                    counts=record.counts,
+                )
+            )
+
+        self._session(work)
+
+    def get(self, crawl: str) -> CrawlRecord | None:
+        """One crawl, or None."""
+        return self._session(lambda s: ((row := s.get(Crawl, crawl)) and CrawlRecord.of(row)) or None)
+
+    def list(self, state: CrawlState | None = None, limit: int = 1000) -> list[CrawlRecord]:
+        """Crawls, newest first, optionally only those in `state`."""
+        stmt = select(Crawl).order_by(Crawl.created_at.desc(), Crawl.id).limit(limit)
+        if state is not None:
+            stmt = stmt.where(Crawl.state == state)
+        return self._session(lambda s: [CrawlRecord.of(row) for row in s.scalars(stmt)])
+
+    def end(self, crawl: str, state: CrawlState, counts: dict[str, dict[str, int]]) -> bool:
+        """Mark a running crawl ended with its final counts; False if it was not running."""
+        stmt = (
+            update(Crawl)
+            .where(Crawl.id == crawl, Crawl.state == "running")
+            .values(state=state, finished_at=datetime.now(UTC), counts=counts)
+        )
+        return self._session(lambda s: bool(s.execute(stmt).rowcount > 0))  # type: ignore[attr-defined]
+
+    def delete(self, crawl: str, purge: bool = False) -> bool:
+        """Forget a crawl (and with `purge`, the pages it stored); False if there was none."""
+
+        def work(session: Session) -> bool:
+            if purge:
+                session.execute(delete(Page).where(Page.crawl_id == crawl))
+            return bool(session.execute(delete(Crawl).where(Crawl.id == crawl)).rowcount > 0)  # type: ignore[attr-defined]
+
+        return self._session(work)
+
+    def ping(self) -> None:
+        """Raise SinkError unless the database answers."""
+        self._session(lambda s: s.execute(select(1)).scalar())
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self._engine.dispose()
