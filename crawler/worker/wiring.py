@@ -91,17 +91,22 @@ def parts(
     """A consumer's parts, each made once: the live configuration, the page visit, dedup, quota, cost
     and writes."""
     live = LiveConfig(config)
-    visitor = Visitor(
-        fetcher,
-        RateLimiter(f.redis, names),
-        Robots(f.redis, names, fetcher, config.user_agent),
-        live.scope,
-        live.rules,
-        config.max_retry_after,
-    )
     cost = Cost(f.redis, names, metrics, backend)
     quota = PageQuota(f.redis, names)
-    return Parts(live, visitor, f.seen, quota, cost, GroupCommit(sink), CrawlState(f.redis, names))
+    visit = visitor(live, f.redis, names, fetcher)
+    return Parts(live, visit, f.seen, quota, cost, GroupCommit(sink), CrawlState(f.redis, names))
+
+
+def visitor(live: LiveConfig, redis: Redis, names: Names, fetcher: Fetcher) -> Visitor:
+    """One page's visit: robots.txt and the rate limiter shared through Redis, over `fetcher`."""
+    return Visitor(
+        fetcher,
+        RateLimiter(redis, names),
+        Robots(redis, names, fetcher, live.config.user_agent),
+        live.scope,
+        live.rules,
+        live.config.max_retry_after,
+    )
 
 
 def check_domains(config: CrawlConfig, domains: Sequence[str] | None) -> list[str]:

@@ -13,14 +13,13 @@ from redis.asyncio import Redis
 
 from crawler.config import load_config
 from crawler.fetch.fetcher import BoundedFetcher
-from crawler.fetch.ratelimit import RateLimiter
-from crawler.fetch.robots import Robots
-from crawler.frontier.scope import Scope
 from crawler.monitor.metrics import Metrics
 from crawler.names import Names
 from crawler.parse.extract import compile_fields
 from crawler.sink.sql import PageRecord
-from crawler.worker.page import PARSE_HOOK, Outcome, Visitor
+from crawler.worker import wiring
+from crawler.worker.live import LiveConfig
+from crawler.worker.page import PARSE_HOOK, Outcome
 from crawler.worker.wiring import make_fetcher
 from demo.site import Reply, Site, free_port, page, serve
 from tests.parse import hooks
@@ -56,15 +55,7 @@ async def visit(
     file.write_text(yaml.safe_dump(raw))
     config = load_config(file)
     fetchers.append(make_fetcher(config))
-    names = Names(prefix)
-    visitor = Visitor(
-        fetchers[-1],
-        RateLimiter(redis, names),
-        Robots(redis, names, fetchers[-1], config.user_agent),
-        Scope(config),
-        config.rules_for,
-        config.max_retry_after,
-    )
+    visitor = wiring.visitor(LiveConfig(config), redis, Names(prefix), fetchers[-1])
     record = PageRecord(url=site.url(path), domain="a.test", depth=0, attempts=1)
     domain_rules = config.rules_for("a.test")
     return await visitor.visit(record, domain_rules, compile_fields(domain_rules.extract))
