@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # One image for every program: crawler-consume (the default command), `crawler db upgrade` as a
-# one-shot job, `crawler seed|status|dead ...`, and crawler-gateway and crawler-api once they land
-# (issues #14 and #17: they are not in this package yet). Targets:
+# one-shot job, `crawler seed|status|dead ...`, crawler-gateway (port 8900) and crawler-api (port
+# 8000), each started by its deployment's command (deploy/compose.yaml, deploy/k8s/). Targets:
 #   runtime (the default, last stage)  the plain worker, no browser
 #   render                             runtime plus Chromium, for workers that render pages
 #   demo-site                          the demo shops, only for deploy/compose.yaml's end-to-end crawl
@@ -30,8 +30,9 @@ RUN bash /usr/local/bin/install-wheel /opt/crawler /tmp/wheels && rm -rf /tmp/wh
 RUN useradd --system --uid 10001 --user-group --home-dir /app --create-home crawler
 WORKDIR /app
 USER 10001:10001
-# crawler-consume's --metrics-port (serves /metrics and /healthz).
-EXPOSE 9410
+# crawler-consume's --metrics-port (serves /metrics and /healthz); the gateway's and the API's
+# --listen ports as the deployments give them.
+EXPOSE 9410 8900 8000
 # The worker's /healthz (its heartbeat's age); CRAWLER_HEALTH_URL points it elsewhere (the gateway's,
 # the API's). A one-shot job (db upgrade, seed) turns it off: compose's `healthcheck: {disable: true}`.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \

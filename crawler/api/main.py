@@ -41,8 +41,8 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `crawler-api`."""
+def build_parser() -> argparse.ArgumentParser:
+    """crawler-api's arguments (apart from main so deploy/ tests parse the manifests' commands)."""
     parser = argparse.ArgumentParser(prog="crawler-api", description="The crawler's HTTP API (under /v1).")
     parser.add_argument(
         "--listen",
@@ -53,7 +53,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--config", help="domains.yaml (default: $CRAWLER_CONFIG or config/domains.yaml)")
     parser.add_argument("--log-format", choices=logs.FORMATS, default="text")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `crawler-api`."""
+    args = build_parser().parse_args(argv)
     handler = logs.StderrHandler()
     handler.setFormatter(logs.formatter(args.log_format))
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)

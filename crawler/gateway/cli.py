@@ -60,15 +60,20 @@ async def serve(settings: Settings, proxies: str, host: str, port: int) -> None:
             await runner.cleanup()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run crawler-gateway."""
+def build_parser() -> argparse.ArgumentParser:
+    """crawler-gateway's arguments (apart from main so deploy/ tests parse the manifests' commands)."""
     parser = argparse.ArgumentParser(prog="crawler-gateway", description="The crawler's fetch service")
     parser.add_argument("--listen", type=_listen, default=("127.0.0.1", 8900), help="HOST:PORT to serve on")
     parser.add_argument(
         "--proxies", default=os.environ.get("CRAWLER_PROXIES", "config/proxies.yaml"), help="the proxies.yaml"
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every ban and reload")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run crawler-gateway."""
+    args = build_parser().parse_args(argv)
     handler = logs.StderrHandler()
     handler.setFormatter(logs.formatter("text"))
     logging.getLogger().addHandler(handler)

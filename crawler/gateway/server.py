@@ -24,7 +24,14 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 import httpcore
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from redis.asyncio import Redis
 from yarl import URL
 
@@ -107,6 +114,11 @@ class GatewayMetrics:
             "Envelope answers, by HTTP status of the gateway's own answer",
             ["code"],
             registry=r,
+        )
+        # This replica's load, what its autoscaler reads (deploy/k8s/gateway/scaledobject.yaml):
+        # requests held open, including those waiting for a free exit.
+        self.inflight = Gauge(
+            "crawler_gateway_inflight_requests", "Envelope requests this replica is serving now", registry=r
         )
 
 
@@ -218,7 +230,8 @@ class Gateway:
 
     async def fetch(self, request: web.Request) -> web.Response:
         """GET /fetch?url=…: the target's answer through a pool exit, as the JSON envelope."""
-        response = await self._fetch(request)
+        with self.metrics.inflight.track_inprogress():
+            response = await self._fetch(request)
         self.metrics.answers.labels(str(response.status)).inc()
         return response
 

@@ -21,8 +21,8 @@ from tests.support.wait import until
 ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"
-# Programs not in this package yet (issues #14, #17): their services must stay behind a profile.
-NOT_YET = {"crawler-gateway", "crawler-api"}
+# Off by default, each needing something of yours (proxies; tokens), and documented in the README.
+OPTIONAL = {"gateway": "gateway", "api": "api"}
 
 
 def check_compose(path: Path) -> subprocess.CompletedProcess[str]:
@@ -63,12 +63,15 @@ def test_the_stack_has_what_the_issue_lists() -> None:
     assert s["migrate"]["command"] == ["crawler", "db", "upgrade"]
 
 
-def test_programs_that_do_not_exist_yet_are_behind_a_profile() -> None:
-    for name, service in services().items():
+def test_the_gateway_and_the_api_are_behind_documented_profiles() -> None:
+    s = services()
+    readme = (ROOT / "README.md").read_text()
+    for name, profile in OPTIONAL.items():
+        assert s[name]["profiles"] == [profile], name
+        assert f"--profile {profile}" in readme, profile
+    for service in s.values():
         command = service.get("command") or []
-        if command and command[0] in NOT_YET:
-            assert service.get("profiles"), name
-        elif command and command[0].startswith("crawler"):
+        if command and command[0].startswith("crawler"):
             assert shutil.which(command[0], path=str(Path(sys.executable).parent)), command[0]
 
 
@@ -95,8 +98,6 @@ def test_mounted_files_exist() -> None:
         for volume in service.get("volumes", []):
             source = volume.split(":")[0]
             if source.startswith("."):
-                if name == "gateway" and "proxies.yaml" in source:
-                    continue  # config/proxies.yaml lands with the gateway (#14)
                 assert (DEPLOY / source).exists(), f"{name}: {source}"
 
 

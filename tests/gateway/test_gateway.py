@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from aiohttp import web
 from redis.asyncio import Redis
 
-from crawler.gateway.server import Gateway
+from crawler.gateway.server import Gateway, GatewayMetrics
 from crawler.names import Names
 from tests.support.exits import BanningSite, ForwardProxy, write_proxies
 
@@ -181,3 +182,39 @@ async def test_bad_proxies_yaml_exits_2_naming_the_key(tmp_path: Path) -> None:
     assert proc.returncode == 2
     text = err.decode()
     assert str(path) in text and "exits.0.url" in text and "min_intervall: unknown key" in text
+
+
+async def test_the_inflight_gauge_counts_requests_held_open(site: BanningSite, gateway: Start) -> None:
+    # The gateway's autoscaler reads this gauge (deploy/k8s/gateway/scaledobject.yaml): it must count
+    # a request while it waits on its exit and drop back once answered.
+    hung = await ForwardProxy("127.0.0.41", "127.0.0.47", hang=True).start()
+    try:
+        base = await gateway([hung], min_interval=0)
+
+        async def inflight() -> float:
+            async with httpx.AsyncClient(trust_env=False) as client:
+                text = (await client.get(f"{base}/metrics")).text
+            line = next(x for x in text.splitlines() if x.startswith("crawler_gateway_inflight_requests "))
+            return float(line.split()[1])
+
+        assert await inflight() == 0
+        held = asyncio.create_task(ask(base, site.url("a.test", "/p/1"), timeout="3"))
+        for _ in range(100):
+            if await inflight() == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert await inflight() == 1
+        await held
+        assert await inflight() == 0
+    finally:
+        await hung.close()
+
+
+def test_docs_list_every_gateway_metric() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
+    section = doc.split("## crawler-gateway's metrics", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(crawler_gateway_\w+)`", section, re.M))
+    families = {
+        f.name + ("_total" if f.type == "counter" else "") for f in GatewayMetrics().registry.collect()
+    }
+    assert listed == families

@@ -1,0 +1,306 @@
+"""The deployments against the programs they run: every command names an installed console script,
+crawler-gateway's and crawler-api's flags parse with their real argument parsers, their probes ask
+routes the programs really serve (and serve without a key), and every CRAWLER_* variable set is one
+the code reads. The manifests are checked, not run: no container engine or cluster here."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import copy
+import io
+import re
+import tomllib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from aiohttp import web
+from redis.asyncio import Redis
+
+from crawler.api import main as api_main
+from crawler.api.app import create_app
+from crawler.config import load_config
+from crawler.gateway import cli as gateway_cli
+from crawler.gateway.proxies import load_proxies
+from crawler.gateway.server import Gateway
+from crawler.names import Names
+from crawler.settings import Settings
+from tests.deploy.test_compose import services
+from tests.support import kustomize
+from tests.support.kustomize import Resource
+
+ROOT = Path(__file__).parents[2]
+OVERLAY = ROOT / "deploy" / "k8s" / "overlays" / "example"
+COMPOSE_DIR = ROOT / "deploy" / "compose"
+SCRIPTS: set[str] = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
+PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
+    "crawler-gateway": gateway_cli.build_parser,
+    "crawler-api": api_main.build_parser,
+}
+
+
+@dataclass
+class Launch:
+    """One way a deployment starts a program: its command, environment and probe paths."""
+
+    where: str
+    command: list[str]
+    env: dict[str, str | None]  # None: the value comes from a Secret
+    probes: dict[str, str] = field(default_factory=dict)  # kind -> HTTP path
+    port: int | None = None  # the port the deployment expects it on
+
+
+def k8s_launches(resources: list[Resource]) -> list[Launch]:
+    found = []
+    for resource in resources:
+        if resource["kind"] not in ("Deployment", "Job"):
+            continue
+        for c in resource["spec"]["template"]["spec"]["containers"]:
+            probes = {k: c[k]["httpGet"]["path"] for k in c if k.endswith("Probe") and "httpGet" in c[k]}
+            ports = [p["containerPort"] for p in c.get("ports", [])]
+            found.append(
+                Launch(
+                    f"k8s {resource['metadata']['name']}",
+                    list(c.get("command", [])) + list(c["args"]),
+                    {e["name"]: e.get("value") for e in c.get("env", [])},
+                    probes,
+                    ports[0] if ports else None,
+                )
+            )
+    return found
+
+
+def compose_launches(s: dict[str, Any]) -> list[Launch]:
+    found = []
+    for name, service in s.items():
+        command = service.get("command") or []
+        if not command or not command[0].startswith("crawler"):
+            continue
+        env = {k: str(v) for k, v in (service.get("environment") or {}).items()}
+        # The image's HEALTHCHECK asks CRAWLER_HEALTH_URL: that is the compose service's probe.
+        probes = {}
+        if "CRAWLER_HEALTH_URL" in env:
+            probes["healthcheck"] = re.sub(r"^\w+://[^/]+", "", env["CRAWLER_HEALTH_URL"])
+        ports = [int(p.rsplit(":", 1)[1]) for p in service.get("ports", [])]
+        found.append(Launch(f"compose {name}", list(command), dict(env), probes, ports[0] if ports else None))
+    return found
+
+
+def names_the_code_reads() -> set[str]:
+    """Every CRAWLER_* string literal in crawler/ (what it can look up), and the Dockerfile's."""
+    names = set(re.findall(r"CRAWLER_[A-Z0-9_]+", (ROOT / "Dockerfile").read_text()))
+    for path in (ROOT / "crawler").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            value = node.value if isinstance(node, ast.Constant) else None
+            if isinstance(value, str) and re.fullmatch(r"CRAWLER_[A-Z0-9_]+", value):
+                names.add(value)
+    return names
+
+
+@contextlib.asynccontextmanager
+async def gateway_routes() -> AsyncIterator[set[str]]:
+    """The paths crawler-gateway's aiohttp router serves (its app set up; Redis never reached)."""
+    path = COMPOSE_DIR / "proxies.yaml"
+    env = {name: "k" * 32 for name in proxies_env_names(path)}
+    redis = Redis.from_url("redis://127.0.0.1:1/0")  # lazy: the routes checked need no Redis
+    gateway = Gateway(redis, Names("deploytest"), str(path), env)
+    runner = web.AppRunner(gateway.app())
+    await runner.setup()
+    try:
+        yield {r.canonical for r in runner.app.router.resources()}
+    finally:
+        await runner.cleanup()
+        await redis.aclose()
+
+
+class _Ready:
+    async def readiness(self) -> dict[str, str]:
+        return {"rabbitmq": "ok", "redis": "ok", "database": "ok"}
+
+
+def api_app() -> Any:
+    app = create_app(Settings(), load_config(OVERLAY / "domains.yaml"), tokens=[], control=_Ready())  # type: ignore[arg-type]
+    app.state.control = _Ready()  # what the lifespan would set; httpx's transport does not run it
+    return app
+
+
+def proxies_env_names(path: Path) -> set[str]:
+    data = yaml.safe_load(path.read_text())
+    names = {k["key_env"] for k in data.get("keys", [])}
+    names |= {e[f] for e in data.get("exits", []) for f in ("username_env", "password_env") if f in e}
+    return names
+
+
+# -- the checks (each raises AssertionError, so a mutated copy can be shown to fail) -----------------
+
+
+def check_command(launch: Launch) -> None:
+    program = launch.command[0]
+    assert program in SCRIPTS, f"{launch.where}: {program} is not in pyproject's [project.scripts]"
+    if program not in PARSERS:
+        return
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = PARSERS[program]().parse_args(launch.command[1:])
+    except SystemExit:
+        refused = f"{launch.where}: {program} refuses {launch.command[1:]}: {err.getvalue()}"
+        raise AssertionError(refused) from None
+    host, port = args.listen
+    assert host == "0.0.0.0", f"{launch.where}: loopback is unreachable from outside the container"
+    assert launch.port == port, f"{launch.where}: listens on {port}, exposes {launch.port}"
+
+
+def check_env(launch: Launch, known: set[str]) -> None:
+    program = launch.command[0]
+    for name in launch.env:
+        if name.startswith("CRAWLER_"):
+            assert name in known, f"{launch.where}: the code never reads {name}"
+    if program == "crawler-api":
+        assert {"CRAWLER_API_TOKENS", "CRAWLER_API_TOKENS_FILE"} & set(launch.env), launch.where
+    if program in ("crawler-api", "crawler-gateway"):
+        assert "CRAWLER_REDIS_URL" in launch.env, launch.where
+
+
+async def check_probes(launch: Launch, gateway: set[str], api: Any) -> None:
+    program = launch.command[0]
+    if program == "crawler-gateway":
+        assert launch.probes, f"{launch.where}: no probe"
+        for kind, path in launch.probes.items():
+            assert path in gateway, f"{launch.where}: {kind} asks {path}, the gateway serves {gateway}"
+        assert set(launch.probes.values()) & {"/healthz"}, f"{launch.where}: /healthz is not probed"
+    elif program == "crawler-api":
+        # The OpenAPI schema lists every route (the router is included, not flattened, in app.routes).
+        paths = {p for p, ops in api.openapi()["paths"].items() if "get" in ops}
+        for kind, path in launch.probes.items():
+            assert path in paths, f"{launch.where}: {kind} asks {path}, not a route of crawler-api"
+            # Probes carry no token: the path must answer without one.
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=api), base_url="http://t") as c:
+                status = (await c.get(path)).status_code
+            assert status == 200, f"{launch.where}: {kind} {path} answers {status} without a token"
+        if launch.where.startswith("k8s"):
+            assert launch.probes.get("livenessProbe") == "/v1/healthz", launch.where
+            assert launch.probes.get("readinessProbe") == "/v1/readyz", launch.where
+
+
+def all_launches() -> list[Launch]:
+    return k8s_launches(kustomize.build(OVERLAY)) + compose_launches(services())
+
+
+async def check_all(launches: list[Launch]) -> None:
+    known = names_the_code_reads()
+    api = api_app()
+    async with gateway_routes() as gateway:
+        for launch in launches:
+            check_command(launch)
+            check_env(launch, known)
+            await check_probes(launch, gateway, api)
+
+
+# -- the tests ---------------------------------------------------------------------------------------
+
+
+def test_both_programs_are_deployed_everywhere() -> None:
+    programs = [(launch.where.split()[0], launch.command[0]) for launch in all_launches()]
+    for where in ("k8s", "compose"):
+        assert (where, "crawler-gateway") in programs and (where, "crawler-api") in programs, where
+
+
+async def test_every_launch_matches_the_program_it_runs() -> None:
+    await check_all(all_launches())
+
+
+def _launch(launches: list[Launch], where: str) -> Launch:
+    return next(x for x in launches if x.where == where)
+
+
+MUTATIONS: dict[str, Callable[[list[Launch]], None]] = {
+    "unknown-script": lambda ls: _launch(ls, "k8s crawler-gateway").command.__setitem__(0, "crawler-gw"),
+    "unknown-flag": lambda ls: _launch(ls, "k8s crawler-gateway").command.__setitem__(3, "--proxy-file"),
+    "bad-listen": lambda ls: _launch(ls, "compose api").command.__setitem__(2, "0.0.0.0"),
+    "wrong-port": lambda ls: setattr(_launch(ls, "k8s crawler-api"), "port", 8080),
+    "old-api-probe": lambda ls: _launch(ls, "k8s crawler-api").probes.__setitem__(
+        "livenessProbe", "/healthz"
+    ),
+    "gateway-probe": lambda ls: _launch(ls, "compose gateway").probes.__setitem__("healthcheck", "/health"),
+    "misspelt-env": lambda ls: _launch(ls, "k8s crawler-api").env.update(
+        {"CRAWLER_API_TOKEN_FILE": _launch(ls, "k8s crawler-api").env.pop("CRAWLER_API_TOKENS_FILE")}
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+async def test_a_mutated_copy_fails(mutation: str) -> None:
+    launches = copy.deepcopy(all_launches())
+    MUTATIONS[mutation](launches)
+    with pytest.raises(AssertionError):
+        await check_all(launches)
+
+
+def _secret_keys(readme: str, secret: str) -> set[str]:
+    """The keys the README's `kubectl create secret generic <secret>` command gives the Secret."""
+    command = re.search(rf"create secret generic {secret} ((?:[^\n]*\\\n)*[^\n]*)", readme)
+    assert command, secret
+    return set(re.findall(r"--from-(?:literal|file)=([\w.-]+)=", command.group(1)))
+
+
+def test_the_gateway_secret_has_every_variable_proxies_yaml_names() -> None:
+    readme = (ROOT / "README.md").read_text()
+    keys = _secret_keys(readme, "crawler-gateway")
+    proxies = OVERLAY / "proxies.yaml"
+    assert proxies_env_names(proxies) <= keys
+    load_proxies(str(proxies), {k: "x" * 32 for k in keys})  # the file is valid with that environment
+    consumer = kustomize.build(OVERLAY)
+    env = next(c["env"] for c in kustomize.containers(consumer) if c["args"][0] == "crawler-consume")
+    ref = next(e for e in env if e["name"] == "CRAWLER_FETCH_API_KEY")["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == "crawler-gateway" and ref["key"] in proxies_env_names(proxies)
+    url = next(e for e in env if e["name"] == "CRAWLER_FETCH_API_URL")["value"]
+    assert url == "http://crawler-gateway:8900/fetch"  # the Service's name and port, and the route
+
+
+def test_the_api_tokens_are_a_mounted_secret_file() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert _secret_keys(readme, "crawler-api") == {"tokens"}
+    resources = kustomize.build(OVERLAY)
+    pod = next(r for r in resources if r["kind"] == "Deployment" and r["metadata"]["name"] == "crawler-api")[
+        "spec"
+    ]["template"]["spec"]
+    container = pod["containers"][0]
+    path = next(e["value"] for e in container["env"] if e["name"] == "CRAWLER_API_TOKENS_FILE")
+    mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"] == "crawler-api"
+    assert {i["path"] for i in volume["secret"]["items"]} == {path.rsplit("/", 1)[1]}
+
+
+def test_the_gateway_reads_proxies_yaml_from_its_mounted_configmap() -> None:
+    resources = kustomize.build(OVERLAY)
+    pod = next(
+        r for r in resources if r["kind"] == "Deployment" and r["metadata"]["name"] == "crawler-gateway"
+    )["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    path = gateway_cli.build_parser().parse_args(container["args"][1:]).proxies
+    mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    assert "subPath" not in mount  # a subPath mount never sees an edit: no live reload
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    configmap = next(
+        r
+        for r in resources
+        if r["kind"] == "ConfigMap" and r["metadata"]["name"] == volume["configMap"]["name"]
+    )
+    assert path.rsplit("/", 1)[1] in configmap["data"]
+    # Compose: the same file name under the mounted deploy/compose directory.
+    gateway = services()["gateway"]
+    compose_path = gateway_cli.build_parser().parse_args(gateway["command"][1:]).proxies
+    assert compose_path == "/etc/crawler/proxies.yaml" and (COMPOSE_DIR / "proxies.yaml").exists()
+    load_proxies(
+        str(COMPOSE_DIR / "proxies.yaml"),
+        {k: "x" * 32 for k in proxies_env_names(COMPOSE_DIR / "proxies.yaml")},
+    )
+    assert set(gateway["environment"]) >= proxies_env_names(COMPOSE_DIR / "proxies.yaml")
