@@ -181,3 +181,42 @@ async def test_bad_proxies_yaml_exits_2_naming_the_key(tmp_path: Path) -> None:
     assert proc.returncode == 2
     text = err.decode()
     assert str(path) in text and "exits.0.url" in text and "min_intervall: unknown key" in text
+
+
+def test_every_gateway_metric_is_documented() -> None:
+    import re
+
+    from crawler.gateway.server import GatewayMetrics
+
+    doc = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
+    section = doc.split("## The gateway's metrics", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(crawler_gateway_\w+)`", section, re.M))
+    families = {
+        f.name + ("_total" if f.type == "counter" else "") for f in GatewayMetrics().registry.collect()
+    }
+    assert listed == families
+    assert "/healthz" in section
+
+
+def test_every_proxies_yaml_key_and_the_fetch_settings_are_documented() -> None:
+    from pydantic import BaseModel
+
+    from crawler.gateway.proxies import ApiKey, Cooldown, Exit, Prices, ProxiesConfig
+
+    doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    section = doc.split("## `config/proxies.yaml`", 1)[1].split("\n## ", 1)[0]
+    models: list[tuple[str, type[BaseModel]]] = [
+        ("", ProxiesConfig),
+        ("", Exit),
+        ("", ApiKey),
+        ("cooldown.", Cooldown),
+        ("prices.", Prices),
+    ]
+    for prefix, model in models:
+        for name in model.model_fields:
+            # `cooldown` and `prices` are documented by their keys: `cooldown.base`, ...
+            assert f"`{prefix}{name}`" in section or f"`{prefix}{name}." in section, f"{prefix}{name}"
+    for key in ("`fetch`", "`fetch_rules`", "`max_credits`", "`api_profile`", "`budget_pause`"):
+        assert key in doc, key
+    for var in ("CRAWLER_FETCH_API_URL", "CRAWLER_FETCH_API_KEY"):
+        assert f"`{var}`" in doc, var
