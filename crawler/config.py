@@ -318,6 +318,9 @@ class CrawlConfig(_Strict):
     fetcher: Literal["aiohttp", "httpx"] = "aiohttp"
     # The conventions `fetch: api` speaks: our envelope (crawler-gateway) or a paid provider's.
     api_profile: Literal["envelope", "scrapingbee"] = "envelope"
+    # How long a domain rests after the fetch service says its budget is spent (402) before its
+    # queue is taken up again: time for a person to raise the budget.
+    budget_pause: float = Field(300.0, gt=0, le=86_400)
     dedup: DedupConfig = Field(default_factory=DedupConfig)
     domains: dict[str, DomainRules] = Field(default_factory=dict)
 

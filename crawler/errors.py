@@ -108,7 +108,8 @@ class BackendKeyRejected(BackendHalt):
 
 
 class BackendBudgetExhausted(BackendHalt):
-    """The fetch service's budget or credits are used up (402): the domain pauses."""
+    """The fetch service's budget or credits are used up (402): the domain pauses (domains.yaml's
+    `budget_pause`, which the consumer uses in place of this default)."""
 
     pause = 300.0
 

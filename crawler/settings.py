@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from crawler.names import DEFAULT_PREFIX, Names
 
@@ -20,6 +20,8 @@ class Settings:
     prefix: str = DEFAULT_PREFIX
     management_url: str | None = None  # RabbitMQ management API; None: the AMQP host on port 15672
     dedup: str | None = None  # dedup mode overriding domains.yaml's `dedup.mode`; None: the file's
+    fetch_api_url: str | None = None  # the fetch service (`fetch: api`); never from domains.yaml
+    fetch_api_key: str = field(default="", repr=False)  # a secret: kept out of reprs and logs
 
     @property
     def names(self) -> Names:
@@ -39,4 +41,6 @@ class Settings:
             prefix=env.get("CRAWLER_PREFIX", base.prefix),
             management_url=env.get("CRAWLER_MANAGEMENT_URL") or None,
             dedup=env.get("CRAWLER_DEDUP") or None,
+            fetch_api_url=env.get("CRAWLER_FETCH_API_URL", "").strip() or None,
+            fetch_api_key=env.get("CRAWLER_FETCH_API_KEY", ""),
         )

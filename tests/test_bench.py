@@ -106,3 +106,16 @@ def test_the_profile_summary_splits_samples_by_activity() -> None:
     text = summary(stacks)
     assert " 30.0%  parse HTML (decode + lxml)" in text
     assert " 40.0%  select (selectors.py)" in text
+
+
+def test_the_gateway_bench_says_which_target_it_missed() -> None:
+    from bench.gateway import GATEWAY, GatewayRun, table
+    from bench.tools import TOOL, Result
+
+    direct = GatewayRun(Result("crawler direct", 2, 1000, pages=1000, seconds=5.0, cpu={TOOL: 8.0}))
+    via = GatewayRun(
+        Result("crawler gateway", 2, 1000, pages=1000, seconds=10.0, cpu={TOOL: 9.0}), {GATEWAY: 3.5}
+    )
+    text = table([direct, via])
+    assert "50%" in text and "3.50" in text
+    assert "(target >= 60%): MISSED" in text and "(target <= 1): MISSED" in text

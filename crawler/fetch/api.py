@@ -12,9 +12,9 @@ import asyncio
 import base64
 import binascii
 import json
+import logging
 import random
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlencode
@@ -48,6 +48,10 @@ ANSWER_MARGIN = 2.0
 ENVELOPE_OVERHEAD = 256 * 1024  # JSON, headers and base64 on top of max_body_bytes
 BUSY_FIRST = 0.25  # seconds of back-off after the service's first 429; doubling up to BUSY_MOST
 BUSY_MOST = 30.0
+# An outage fails every page in flight: say so once, then at most this often, not once a page.
+REPORT_EVERY = 10.0
+
+log = logging.getLogger(__name__)
 
 # The envelope's error kinds for a target that could not be fetched, as the worker's own errors.
 _TARGET_ERRORS: dict[str, type[FetchError]] = {
@@ -70,16 +74,16 @@ class ApiEndpoint:
         return f"ApiEndpoint(url={self.url!r}, key={'***' if self.key else ''!r})"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> ApiEndpoint:
-        """The endpoint of CRAWLER_FETCH_API_URL and _KEY; ConfigError naming what is missing."""
-        url = env.get(ENV_URL, "").strip()
+    def checked(cls, url: str | None, key: str) -> ApiEndpoint:
+        """The endpoint at `url` (Settings.fetch_api_url); ConfigError if it is missing or not http(s)."""
+        url = (url or "").strip()
         if not url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"domains.yaml sends pages through `fetch: api`, but {ENV_URL} is "
                 f"{'not an http(s) URL' if url else 'not set'}; set it to the fetch service "
                 "(e.g. http://127.0.0.1:8900/fetch for crawler-gateway)"
             )
-        return cls(url, env.get(ENV_KEY, ""))
+        return cls(url, key)
 
 
 def _flag(value: bool) -> str:
@@ -101,6 +105,8 @@ class ApiFetcher:
         )
         self._busy_until = 0.0
         self._busy_strikes = 0
+        self._failing = 0  # transient service failures since its last good answer
+        self._reported = -REPORT_EVERY
 
     @property
     def backend(self) -> str:
@@ -119,17 +125,23 @@ class ApiFetcher:
                 else:
                     response = await self._envelope(url, spec, rules, html_only)
         except TimeoutError:
-            raise BackendUnavailable(
-                f"the fetch service gave no answer within {deadline:g}s", url=url
+            raise self._trouble(
+                BackendUnavailable(f"the fetch service gave no answer within {deadline:g}s", url=url)
             ) from None
+        except BackendUnavailable as exc:
+            exc.url = exc.url or url
+            raise self._trouble(exc) from None
         except FetchError as exc:
             exc.url = exc.url or url
             raise
         except (aiohttp.ClientError, OSError) as exc:
-            raise BackendUnavailable(
-                f"cannot reach the fetch service ({type(exc).__name__}: {exc})", url=url
+            raise self._trouble(
+                BackendUnavailable(f"cannot reach the fetch service ({type(exc).__name__}: {exc})", url=url)
             ) from None
         self._busy_strikes = 0
+        if self._failing:
+            log.warning("the fetch service answers again after %d failed fetches", self._failing)
+            self._failing = 0
         if html_only and not response.is_html:
             return Response(
                 response.url,
@@ -141,6 +153,16 @@ class ApiFetcher:
                 response.exit_id,
             )
         return response
+
+    def _trouble(self, exc: BackendUnavailable) -> BackendUnavailable:
+        """Log the service's failure (the first, then every REPORT_EVERY s); the page is retried."""
+        self._failing += exc.transient
+        now = time.monotonic()
+        if now - self._reported >= REPORT_EVERY:
+            self._reported = now
+            retried = "its pages are retried" if exc.transient else "not retried"
+            log.warning("%s (%s; %d failed fetches so far)", exc, retried, self._failing)
+        return exc
 
     async def _not_busy(self) -> None:
         """Wait out a back-off the service asked for with a 429 (the fetch's deadline bounds it)."""

@@ -42,6 +42,7 @@ class DomainStatus:
     pages_ok: int
     pages_failed: int
     pages_per_second: float  # pages stored over the last RATE_WINDOW seconds
+    credits: float = 0.0  # fetch-service credits its stored pages were charged (all attempts)
 
 
 def management_url(amqp_url: str, api_url: str | None = None) -> tuple[str, str, tuple[str, str]]:
@@ -111,12 +112,12 @@ async def queue_depths(settings: Settings, queues: list[str]) -> tuple[dict[str,
     return await _from_broker(settings, queues), "passive"
 
 
-def _stored(database_url: str) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+def _stored(database_url: str) -> tuple[dict[str, tuple[int, int]], dict[str, int], dict[str, float]]:
     migrate(database_url)
     sink = Sink(database_url)
     try:
         since = datetime.now(UTC) - timedelta(seconds=RATE_WINDOW)
-        return sink.counts(), sink.counts_since(since)
+        return sink.counts(), sink.counts_since(since), sink.credits()
     finally:
         sink.close()
 
@@ -132,7 +133,7 @@ async def status(settings: Settings, config: CrawlConfig) -> dict[str, Any]:
     names = settings.names
     extra = [names.unrouted, names.dead, *(names.retry_queue(d) for d in config.retry_tiers)]
     queues = [names.domain_queue(d) for d in sorted(config.domains)]
-    (depths, source), (counts, recent), found = await asyncio.gather(
+    (depths, source), (counts, recent, credits), found = await asyncio.gather(
         queue_depths(settings, queues + extra),
         asyncio.to_thread(_stored, settings.database_url),
         _workers(settings),
@@ -142,7 +143,8 @@ async def status(settings: Settings, config: CrawlConfig) -> dict[str, Any]:
     for d in sorted(config.domains):
         ok, failed = counts.get(d, (0, 0))
         depth = depths.get(names.domain_queue(d), missing)
-        domains.append(DomainStatus(d, depth, ok, failed, round(recent.get(d, 0) / RATE_WINDOW, 2)))
+        rate = round(recent.get(d, 0) / RATE_WINDOW, 2)
+        domains.append(DomainStatus(d, depth, ok, failed, rate, round(credits.get(d, 0.0), 2)))
     return {
         "depths_from": source,
         "domains": [asdict(s) for s in domains],
@@ -158,12 +160,17 @@ def _depth_cells(q: dict[str, Any]) -> list[str]:
 
 
 def _queue_rows(data: dict[str, Any]) -> list[list[str]]:
-    rows = [["queue", "ready", "unacked", "consumers", "ok", "failed", "pages/s"]]
+    # Most crawls fetch directly and spend nothing: the column appears only when some domain paid.
+    paid = any(d.get("credits", 0) for d in data["domains"])
+    rows = [
+        ["queue", "ready", "unacked", "consumers", "ok", "failed", "pages/s", *(["credits"] if paid else [])]
+    ]
     for d in data["domains"]:
         ok, failed, rate = str(d["pages_ok"]), str(d["pages_failed"]), f"{d['pages_per_second']:.2f}"
-        rows.append([d["domain"], *_depth_cells(d["queue"]), ok, failed, rate])
+        spent = [f"{d.get('credits', 0):g}"] if paid else []
+        rows.append([d["domain"], *_depth_cells(d["queue"]), ok, failed, rate, *spent])
     for q in data["queues"]:
-        rows.append([q["name"], *_depth_cells(q), "", "", ""])
+        rows.append([q["name"], *_depth_cells(q), "", "", "", *([""] if paid else [])])
     return rows
 
 
@@ -183,7 +190,7 @@ def _domains_cell(domains: list[str], most: int = 5) -> str:
     return f"{','.join(domains[:most])} and {len(domains) - most} more"
 
 
-_NUMBERS = {"ready", "unacked", "consumers", "ok", "failed", "pages/s", "last beat", "pages"}
+_NUMBERS = {"ready", "unacked", "consumers", "ok", "failed", "pages/s", "credits", "last beat", "pages"}
 
 
 def _columns(rows: list[list[str]]) -> str:

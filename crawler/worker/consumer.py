@@ -17,7 +17,7 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, Abstrac
 
 from crawler.config import CrawlConfig
 from crawler.dedup.store import SeenStore
-from crawler.errors import BackendHalt
+from crawler.errors import BackendBudgetExhausted, BackendHalt
 from crawler.frontier.crawls import CrawlState
 from crawler.frontier.exchanges import declare, topology, work_queues
 from crawler.frontier.quota import PageQuota
@@ -99,6 +99,8 @@ class Consumer:
         self._idle.set()
         self._stop = asyncio.Event()
         self.halted: dict[str, str] = {}  # domain -> why the fetch service stopped it
+        # Halted domains that come back by themselves (a spent budget): burst mode waits for them.
+        self._resting: set[str] = set()
         self._paused: set[str] = set()  # domains paused fleet-wide, as last read
         self._resuming: set[asyncio.Task[None]] = set()
 
@@ -194,7 +196,7 @@ class Consumer:
         """The fetch service refuses the domain: its message goes back, its queue is held.
 
         Nothing is set aside: the pages are fine, the key or the budget is not. A paused domain
-        (budget) is taken up again after `exc.pause` seconds; a rejected key waits for a restart.
+        (budget) is taken up again after domains.yaml's `budget_pause`; a rejected key waits for a restart.
         """
         try:
             await message.nack(requeue=True)
@@ -203,14 +205,17 @@ class Consumer:
         if domain in self.halted:
             return
         self.halted[domain] = str(exc)
-        pause = f"paused for {exc.pause:g}s" if exc.pause else "stopped until this worker is restarted"
+        wait = self.config.budget_pause if isinstance(exc, BackendBudgetExhausted) else exc.pause
+        pause = f"paused for {wait:g}s" if wait else "stopped until this worker is restarted"
         log.error("%s: %s; its messages stay in the queue, %s", domain, exc, pause)
         await self.subscriptions.hold(domain)
-        if exc.pause:
-            asyncio.get_running_loop().call_later(exc.pause, self._resume, domain)
+        if wait:
+            self._resting.add(domain)
+            asyncio.get_running_loop().call_later(wait, self._resume, domain)
 
     def _resume(self, domain: str) -> None:
         """Take a halted domain's queue up again (its budget may have been raised), unless paused."""
+        self._resting.discard(domain)
         if self.halted.pop(domain, None) is None or self._stop.is_set() or domain in self._paused:
             return  # a fleet-wide pause releases it when it ends
         log.info("%s: taking its messages again after a pause", domain)
@@ -266,9 +271,13 @@ class Consumer:
         await self.subscriptions.close()
 
     async def _until_drained(self) -> None:
+        # A domain resting after a spent budget still has work in its queue: not drained until it is done.
+        def working() -> list[str]:
+            return [d for d in self.domains if d in self._resting or d in self._active([d])]
+
         drain = Drain(
             self.connection,
-            lambda: work_queues(self.config, self.names, self._active(self.domains)),
+            lambda: work_queues(self.config, self.names, working()),
             lambda: len(self.config.retry_tiers),
             self.tuning,
         )

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -16,7 +15,7 @@ from crawler.config import CrawlConfig, with_dedup_mode
 from crawler.dedup.store import SeenStore
 from crawler.errors import BadURL, ConfigError
 from crawler.fetch.aio import AiohttpFetcher
-from crawler.fetch.api import ENV_URL, ApiEndpoint, ApiFetcher, RoutingFetcher
+from crawler.fetch.api import ApiEndpoint, ApiFetcher, RoutingFetcher
 from crawler.fetch.fetcher import BoundedFetcher, Fetcher, HttpFetcher
 from crawler.fetch.ratelimit import RateLimiter
 from crawler.fetch.robots import Robots
@@ -66,12 +65,15 @@ def make_fetcher(config: CrawlConfig) -> BoundedFetcher:
     return AiohttpFetcher(config) if config.fetcher == "aiohttp" else HttpFetcher(config)
 
 
-def make_fetchers(config: CrawlConfig, env: Mapping[str, str] | None = None) -> tuple[Fetcher, str]:
+def make_fetchers(config: CrawlConfig, settings: Settings) -> tuple[Fetcher, str]:
     """The worker's fetcher (direct, plus the fetch service if any domain uses `fetch: api` or
-    CRAWLER_FETCH_API_URL is set) and the name its credits count under."""
-    env = os.environ if env is None else env
+    settings name one) and the name its credits count under."""
     wanted = config.defaults.uses_api or any(r.uses_api for r in config.rules.values())
-    endpoint = ApiEndpoint.from_env(env) if wanted or env.get(ENV_URL) else None
+    endpoint = (
+        ApiEndpoint.checked(settings.fetch_api_url, settings.fetch_api_key)
+        if wanted or settings.fetch_api_url
+        else None
+    )
     direct = make_fetcher(config)
     if endpoint is None:
         return direct, "gateway"
@@ -229,7 +231,7 @@ async def consume(
         )
         sink = Sink(settings.database_url)
         stack.callback(sink.close)
-        fetcher, backend = make_fetchers(config)
+        fetcher, backend = make_fetchers(config, settings)
         stack.push_async_callback(fetcher.aclose)
 
         async def connect() -> AbstractRobustConnection:

@@ -127,7 +127,16 @@ def test_the_alerts_the_issue_asks_for_exist() -> None:
         "CrawlerWorkerSilent",
         "CrawlerWorkerDown",
         "CrawlerDeadQueueGrowing",
+        "CrawlerCreditBurnHigh",
     } <= names
+
+
+def test_the_gateways_are_scraped() -> None:
+    config = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    files = jobs["crawler-gateway"]["file_sd_configs"][0]["files"]
+    assert any(Path(PROMETHEUS, f).match(pattern) for f in ("targets/gateway.json",) for pattern in files)
+    assert (PROMETHEUS / "targets" / "gateway.json").exists()
 
 
 def test_promtool_checks_the_scrape_config_and_its_rules() -> None:

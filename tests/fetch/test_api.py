@@ -181,3 +181,25 @@ async def test_scrapingbee_profile_against_its_imitation(target: Site) -> None:
     finally:
         await fetcher.aclose()
         await bee.close()
+
+
+async def test_the_endpoint_comes_from_settings_read_once_and_the_key_stays_out_of_reprs() -> None:
+    from crawler.errors import ConfigError
+    from crawler.fetch.api import RoutingFetcher
+    from crawler.settings import Settings
+    from crawler.worker.wiring import make_fetchers
+
+    settings = Settings.from_env(
+        {"CRAWLER_FETCH_API_URL": " http://127.0.0.47:9/fetch ", "CRAWLER_FETCH_API_KEY": KEY}
+    )
+    assert (settings.fetch_api_url, settings.fetch_api_key) == ("http://127.0.0.47:9/fetch", KEY)
+    assert KEY not in repr(settings)
+    config = parse_config("defaults: {fetch: api}\ndomains: {a.test: {}}\n", "d.yaml")
+    fetcher, backend = make_fetchers(config, settings)
+    try:
+        assert isinstance(fetcher, RoutingFetcher) and fetcher.api is not None and backend == "gateway"
+        assert KEY not in repr(ApiEndpoint.checked(settings.fetch_api_url, settings.fetch_api_key))
+    finally:
+        await fetcher.aclose()
+    with pytest.raises(ConfigError, match="CRAWLER_FETCH_API_URL is not set"):
+        make_fetchers(config, Settings.from_env({}))

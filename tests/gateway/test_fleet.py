@@ -17,8 +17,8 @@ from redis.asyncio import Redis
 
 from crawler.names import Names
 from crawler.settings import Settings
-from crawler.sink.sql import engine_url
-from tests.support.crawls import dead_letters, finish, seed
+from crawler.sink.sql import engine_url, migrate
+from tests.support.crawls import dead_letters, finish, rows, seed
 from tests.support.exits import BanningSite, ForwardProxy, write_proxies
 from tests.support.lag import LoopLag
 from tests.support.services import REDIS_URL, crawler_command, env_for, queue_depth
@@ -61,7 +61,7 @@ def consumer(settings: Settings, endpoint: str, key: str) -> subprocess.Popen[st
     )
 
 
-def write_domains(path: Path, site: BanningSite) -> Path:
+def write_domains(path: Path, site: BanningSite, **top: object) -> Path:
     path.write_text(
         yaml.safe_dump(
             {
@@ -77,6 +77,7 @@ def write_domains(path: Path, site: BanningSite) -> Path:
                 "allow_private_networks": True,
                 "max_retry_after": 5,
                 "domains": {"a.test": {}},
+                **top,
             }
         )
     )
@@ -209,3 +210,149 @@ def _until_line(process: subprocess.Popen[str], text: str) -> tuple[None, str]:
         if text in line:
             return None, "".join(seen)
     raise AssertionError("".join(seen))
+
+
+def landed(database_url: str) -> tuple[int, int, int]:
+    """Rows, distinct URLs and rows with an error, in `pages`."""
+    engine = sa.create_engine(engine_url(database_url))
+    try:
+        with engine.connect() as conn:
+            rows, urls, failed = conn.execute(
+                sa.text("SELECT count(*), count(DISTINCT url), count(error) FROM pages")
+            ).one()
+            return int(rows), int(urls), int(failed)
+    finally:
+        engine.dispose()
+
+
+async def _answers(port: int, code: int) -> float:
+    """How many envelope answers of status `code` a gateway gave (its /metrics)."""
+    async with httpx.AsyncClient(trust_env=False) as client:
+        text = (await client.get(f"http://127.0.0.48:{port}/metrics")).text
+    wanted = f'crawler_gateway_answers_total{{code="{code}"}}'
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(wanted))
+
+
+def _stop(*processes: subprocess.Popen[str]) -> None:
+    for p in processes:
+        if p.poll() is None:
+            p.terminate()
+    for p in processes:
+        p.communicate(timeout=30)
+
+
+@pytest.mark.timeout(180)
+async def test_a_spent_budget_pauses_the_domain_and_the_crawl_completes_once_it_is_raised(
+    tmp_path: Path, amqp_url: str, prefix: str, database_url: str, redis: Redis, proxies: list[ForwardProxy]
+) -> None:
+    from demo.site import free_port
+
+    site = await BanningSite("127.0.0.21", pages=30, limit=1000).start()
+    pause = 1.5
+    domains = write_domains(tmp_path / "d.yaml", site, budget_pause=pause)
+    settings = Settings(amqp_url, REDIS_URL, database_url, str(domains), prefix)
+    budget = 10
+    key = {"id": "test", "key_env": "GW_TEST_KEY"}
+    path = write_proxies(tmp_path / "p.yaml", proxies, min_interval=0, keys=[key | {"budget": budget}])
+    port = free_port("127.0.0.48")
+    gw = gateway(settings, path, port)
+    consumers: list[subprocess.Popen[str]] = []
+    try:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            await until(lambda: _healthy(client, port), what="gateway up", within=30)
+        await seed(settings, site.url("a.test"))
+        consumers = [consumer(settings, f"http://127.0.0.48:{port}/fetch", KEY) for _ in range(2)]
+        await until(lambda: _answers(port, 402), lambda n: n > 0, what="the budget spent", within=60)
+        # Spent: the pages left wait in their queue; none is failed or set aside.
+        queue = Names(prefix).domain_queue("a.test")
+        assert await until(lambda: queue_depth(amqp_url, queue), lambda n: n > 0, what="pages kept queued")
+        rows, _, failed = landed(database_url)
+        assert rows < 31 and failed == 0
+        assert await dead_letters(settings) == []
+        # Raised: the gateway rereads proxies.yaml; the consumers take the domain up after `pause`.
+        write_proxies(tmp_path / "p.yaml", proxies, min_interval=0, keys=[key | {"budget": 1000}])
+        errs = await asyncio.to_thread(finish, *consumers, timeout=120)
+        refused = await _answers(port, 402)
+    finally:
+        _stop(gw, *consumers)
+        await site.close()
+    assert landed(database_url) == (31, 31, 0), "\n".join(errs)  # every page once, none failed
+    assert await dead_letters(settings) == []
+    assert any("budget of key test is spent" in e and f"paused for {pause:g}s" in e for e in errs), errs
+    # A pause, not a hot loop of redeliveries: each page met the spent budget a few times at most.
+    assert refused <= 3 * 31, refused
+    assert float(await redis.get(Names(prefix).gw_credits_key("test")) or 0) == 31
+
+
+@pytest.mark.timeout(180)
+async def test_the_gateway_killed_mid_crawl_and_restarted_loses_nothing(
+    tmp_path: Path, amqp_url: str, prefix: str, database_url: str, proxies: list[ForwardProxy]
+) -> None:
+    from demo.site import free_port
+
+    site = await BanningSite("127.0.0.21", pages=40, limit=1000).start()
+    settings = Settings(
+        amqp_url, REDIS_URL, database_url, str(write_domains(tmp_path / "d.yaml", site)), prefix
+    )
+    # Spaced out so the kill lands mid-crawl: three exits, 0.2 s apart each.
+    path = write_proxies(tmp_path / "p.yaml", proxies, min_interval=0.2, max_wait=4)
+    port = free_port("127.0.0.48")
+    gw = gateway(settings, path, port)
+    consumers: list[subprocess.Popen[str]] = []
+    await asyncio.to_thread(migrate, database_url)  # the table is polled before a consumer makes it
+    try:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            await until(lambda: _healthy(client, port), what="gateway up", within=30)
+            await seed(settings, site.url("a.test"))
+            consumers = [consumer(settings, f"http://127.0.0.48:{port}/fetch", KEY) for _ in range(2)]
+            await until(lambda: landed(database_url)[0], lambda n: n >= 5, what="a few pages", within=60)
+            gw.kill()
+            gw.communicate(timeout=30)
+            assert landed(database_url)[0] < 41, "the crawl ended before the kill: the test proves nothing"
+            gw = gateway(settings, path, port)
+            await until(lambda: _healthy(client, port), what="gateway back", within=30)
+        errs = await asyncio.to_thread(finish, *consumers, timeout=120)
+    finally:
+        _stop(gw, *consumers)
+        await site.close()
+    assert landed(database_url) == (41, 41, 0)  # every page, once, none failed
+    assert await dead_letters(settings) == []
+    # The consumers said what happened, as a transient error that was retried.
+    said = [e for e in errs if "cannot reach the fetch service" in e and "its pages are retried" in e]
+    assert said and all("the fetch service answers again" in e for e in said), "\n".join(errs)
+
+
+@pytest.mark.timeout(180)
+async def test_a_hanging_exit_fails_over_within_the_deadline_and_every_page_lands(
+    tmp_path: Path, amqp_url: str, prefix: str, database_url: str
+) -> None:
+    from demo.site import free_port
+
+    hung = await ForwardProxy("127.0.0.41", "127.0.0.45", hang=True).start()
+    good = [await ForwardProxy("127.0.0.41", src).start() for src in ("127.0.0.46", "127.0.0.47")]
+    site = await BanningSite("127.0.0.21", pages=20, limit=1000).start()
+    settings = Settings(
+        amqp_url, REDIS_URL, database_url, str(write_domains(tmp_path / "d.yaml", site)), prefix
+    )
+    path = write_proxies(tmp_path / "p.yaml", [hung, *good], min_interval=0, max_wait=4)
+    port = free_port("127.0.0.48")
+    gw = gateway(settings, path, port)
+    consumers: list[subprocess.Popen[str]] = []
+    try:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            await until(lambda: _healthy(client, port), what="gateway up", within=30)
+        await seed(settings, site.url("a.test"))
+        consumers = [consumer(settings, f"http://127.0.0.48:{port}/fetch", KEY) for _ in range(2)]
+        await asyncio.to_thread(finish, *consumers, timeout=120)
+    finally:
+        _stop(gw, *consumers)
+        for p in (hung, *good):
+            await p.close()
+        await site.close()
+    assert hung.requests > 0, "the hanging exit was never tried: the test proves nothing"
+    assert landed(database_url) == (21, 21, 0)
+    # Failed over inside each fetch's deadline: no page needed a second attempt, none went via e0.
+    _, _, exits = credits_of_rows(database_url)
+    assert exits <= {"e1", "e2"}
+    assert {attempts for _, _, attempts in rows(database_url).values()} == {1}
+    assert await dead_letters(settings) == []

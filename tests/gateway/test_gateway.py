@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from crawler.gateway.server import Gateway, GatewayMetrics
 from crawler.names import Names
 from tests.support.exits import BanningSite, ForwardProxy, write_proxies
+from tests.support.wait import until
 
 KEY = "s3cret-key"
 ENV = {"GW_TEST_KEY": KEY}
@@ -199,22 +200,44 @@ async def test_the_inflight_gauge_counts_requests_held_open(site: BanningSite, g
 
         assert await inflight() == 0
         held = asyncio.create_task(ask(base, site.url("a.test", "/p/1"), timeout="3"))
-        for _ in range(100):
-            if await inflight() == 1:
-                break
-            await asyncio.sleep(0.02)
-        assert await inflight() == 1
+        await until(inflight, lambda n: n == 1, within=5, what="the request counted in flight")
         await held
         assert await inflight() == 0
     finally:
         await hung.close()
 
 
-def test_docs_list_every_gateway_metric() -> None:
+def test_every_gateway_metric_is_documented() -> None:
+
     doc = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
-    section = doc.split("## crawler-gateway's metrics", 1)[1].split("\n## ", 1)[0]
+    section = doc.split("## The gateway's metrics", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"^\| `(crawler_gateway_\w+)`", section, re.M))
     families = {
         f.name + ("_total" if f.type == "counter" else "") for f in GatewayMetrics().registry.collect()
     }
     assert listed == families
+    assert "/healthz" in section
+
+
+def test_every_proxies_yaml_key_and_the_fetch_settings_are_documented() -> None:
+    from pydantic import BaseModel
+
+    from crawler.gateway.proxies import ApiKey, Cooldown, Exit, Prices, ProxiesConfig
+
+    doc = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    section = doc.split("## `config/proxies.yaml`", 1)[1].split("\n## ", 1)[0]
+    models: list[tuple[str, type[BaseModel]]] = [
+        ("", ProxiesConfig),
+        ("", Exit),
+        ("", ApiKey),
+        ("cooldown.", Cooldown),
+        ("prices.", Prices),
+    ]
+    for prefix, model in models:
+        for name in model.model_fields:
+            # `cooldown` and `prices` are documented by their keys: `cooldown.base`, ...
+            assert f"`{prefix}{name}`" in section or f"`{prefix}{name}." in section, f"{prefix}{name}"
+    for key in ("`fetch`", "`fetch_rules`", "`max_credits`", "`api_profile`", "`budget_pause`"):
+        assert key in doc, key
+    for var in ("CRAWLER_FETCH_API_URL", "CRAWLER_FETCH_API_KEY"):
+        assert f"`{var}`" in doc, var

@@ -225,6 +225,35 @@ def test_render_shows_queues_rates_and_workers() -> None:
     assert "unacked unknown" not in text
 
 
+async def test_credits_per_domain_show_only_when_some_domain_spent(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    sites = shops(products=1)
+    settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", sites))
+    config = load_config(settings.config_path)
+    await asyncio.to_thread(migrate, sqlite_url)
+    sink = Sink(sqlite_url)
+    try:
+        await sink.store_many([PageRecord("http://b.test/1", "b.test", 0, 1)])
+        free = await status(settings, config)
+        assert "credits" not in render(free).splitlines()[0]  # a direct crawl's table is as it was
+        await sink.store_many(
+            [
+                PageRecord("http://a.test/1", "a.test", 0, 1, credits=1.0),
+                PageRecord("http://a.test/2", "a.test", 0, 1, credits=5.5),
+            ]
+        )
+    finally:
+        sink.close()
+    data = await status(settings, config)
+    by_domain = {d["domain"]: d for d in data["domains"]}
+    assert (by_domain["a.test"]["credits"], by_domain["b.test"]["credits"]) == (6.5, 0)
+    head, *lines = render(data).splitlines()
+    assert head.split()[-1] == "credits"
+    assert next(line for line in lines if line.startswith("a.test")).split()[-1] == "6.5"
+    assert next(line for line in lines if line.startswith("b.test")).split()[-1] == "0"
+
+
 def test_rich_tables_render() -> None:
     console = Console(file=io.StringIO(), width=160, force_terminal=True)
     console.print(rich_tables(SAMPLE))
