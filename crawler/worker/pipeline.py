@@ -14,6 +14,7 @@ from typing import Any
 from aio_pika.abc import AbstractIncomingMessage
 
 from crawler import names as hdr
+from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, Cancelled, InvalidMessage, SinkError
 from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.message import CrawlMessage
@@ -91,23 +92,12 @@ class Pipeline:
         rules = self._live.rules(domain)
         # A page counts against max_pages once, on its first try (not again when returned unfetched).
         first = attempts == 1 and not message.redelivered
-        if first and not await self._quota.take(domain, rules.max_pages, crawl.crawl):
-            pages_log.info("%s %s: skipped, max_pages %d reached", domain, url, rules.max_pages)
+        held = await self._held_back(domain, crawl.crawl, options, rules, first)
+        if held is not None:
+            reason, why = held
+            pages_log.info("%s %s: skipped, %s", domain, url, why)
             await self._count(crawl.crawl, message, domain, "skipped")
-            return await self._done(message, domain, "skipped")
-        if (
-            first
-            and crawl.crawl is not None
-            and options.max_pages is not None
-            and not await self._quota.take_crawl(crawl.crawl, options.max_pages)
-        ):
-            pages_log.info("%s %s: skipped, the crawl's max_pages %d reached", domain, url, options.max_pages)
-            await self._count(crawl.crawl, message, domain, "skipped")
-            return await self._done(message, domain, "skipped")
-        if not await self._cost.allows(domain, rules):
-            pages_log.info("%s %s: skipped, max_credits %g reached", domain, url, rules.max_credits or 0)
-            await self._count(crawl.crawl, message, domain, "skipped")
-            return await self._done(message, domain, "skipped", reason="max_credits")
+            return await self._done(message, domain, "skipped", reason=reason)
         record = PageRecord(url=url, domain=domain, depth=crawl.depth, attempts=attempts, crawl=crawl.crawl)
         start_by = self._live.config.start_by(received, rules)
         try:
@@ -151,6 +141,23 @@ class Pipeline:
         self._log(kind, outcome, crawl, attempts, links=len(outcome.links))
         await self._count(crawl.crawl, message, domain, kind)
         await self._done(message, domain, kind, outcome.record.status_code)
+
+    async def _held_back(
+        self, domain: str, crawl: str | None, options: CrawlOptions, rules: Rules, first: bool
+    ) -> tuple[str, str] | None:
+        """Why policy keeps a page from being fetched (its metric reason and a log line), or None."""
+        if first and not await self._quota.take(domain, rules.max_pages, crawl):
+            return "max_pages", f"max_pages {rules.max_pages} reached"
+        if (
+            first
+            and crawl is not None
+            and options.max_pages is not None
+            and not await self._quota.take_crawl(crawl, options.max_pages)
+        ):
+            return "max_pages", f"the crawl's max_pages {options.max_pages} reached"
+        if not await self._cost.allows(domain, rules):
+            return "max_credits", f"max_credits {rules.max_credits or 0:g} reached"
+        return None
 
     def _read(self, domain: str, message: AbstractIncomingMessage) -> tuple[CrawlMessage, str]:
         """The message and its canonical URL; InvalidMessage or BadURL if it cannot be crawled here."""
