@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from bench import nginx
+from bench.exits import serve_client
 from bench.procs import Child, cpu_seconds
 from bench.profile import parse, summary
 from bench.site import SiteSpec, write
@@ -37,10 +38,10 @@ from bench.tools import (
     _memory,
     _profiled,
     _python,
-    _script,
     _watch,
     crawler_config,
     crawler_env,
+    seed_and_consume,
 )
 
 GATEWAY_LISTEN = "127.0.0.50"
@@ -57,35 +58,8 @@ TARGET_GATEWAY_MS = 1.0  # the gateway's CPU per fetch
 # -- the exits ------------------------------------------------------------------------------------
 
 
-async def _relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, source: str) -> None:
-    """One request per client connection: the absolute-URI request forwarded from `source`."""
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-        line, _, rest = head.partition(b"\r\n")
-        method, target, version = line.decode().split(" ")
-        hostport, _, path = target.removeprefix("http://").partition("/")
-        host, _, port = hostport.rpartition(":")
-        up_reader, up_writer = await asyncio.open_connection(host, int(port), local_addr=(source, 0))
-        headers = [
-            h for h in rest.split(b"\r\n") if h and not h.lower().startswith((b"proxy-", b"connection"))
-        ]
-        up_writer.write(f"{method} /{path} {version}\r\n".encode() + b"\r\n".join(headers))
-        up_writer.write(b"\r\nConnection: close\r\n\r\n")
-        await up_writer.drain()
-        while chunk := await up_reader.read(65536):
-            writer.write(chunk)
-            await writer.drain()
-        up_writer.close()
-    except (OSError, asyncio.IncompleteReadError, ValueError):
-        with contextlib.suppress(OSError):
-            writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-    finally:
-        with contextlib.suppress(Exception):
-            writer.close()
-
-
 async def _proxy(listen: str, port: int, source: str) -> None:
-    server = await asyncio.start_server(lambda r, w: _relay(r, w, source), listen, port, backlog=1024)
+    server = await asyncio.start_server(lambda r, w: serve_client(r, w, source), listen, port, backlog=1024)
     async with server:
         await server.serve_forever()
 
@@ -188,17 +162,7 @@ def run(bench: Bench, processes: int, via_gateway: bool) -> GatewayRun:
         try:
             children = stack.enter_context(_measured(bench, result))
             started, started_at = time.monotonic(), time.time()
-            log = stack.enter_context((out / "seed.log").open("wb"))
-            seed = Child.start("seed", [*_script("crawler"), "seed", *bench.spec.index_urls()], env, log)
-            children.append(seed)
-            if seed.wait():
-                result.notes.append(f"crawler seed exited with {seed.proc.returncode}")
-            consumers = []
-            for i in range(processes):
-                log = stack.enter_context((out / f"consume-{i}.log").open("wb"))
-                argv = [*_script("crawler-consume"), "--burst"]
-                consumers.append(Child.start(f"consume {i}", argv, env, log))
-            children.extend(consumers)
+            consumers = seed_and_consume(bench, result, stack, children, env, out, processes)
             _watch(bench, result, started, consumers, _db_progress(db))
             result.exit_seconds = time.monotonic() - started
         finally:

@@ -328,16 +328,7 @@ def run_crawler(bench: Bench, processes: int) -> Result:
         env = crawler_env(stack, config, db, "crawlerbench")
         children = stack.enter_context(_measured(bench, result))
         started, started_at = time.monotonic(), time.time()
-        log = stack.enter_context((out / "seed.log").open("wb"))
-        seed = Child.start("seed", [*_script("crawler"), "seed", *bench.spec.index_urls()], env, log)
-        children.append(seed)
-        if seed.wait():
-            result.notes.append(f"crawler seed exited with {seed.proc.returncode}, see {out / 'seed.log'}")
-        consumers = []
-        for i in range(processes):
-            log = stack.enter_context((out / f"consume-{i}.log").open("wb"))
-            consumers.append(Child.start(f"consume {i}", [*_script("crawler-consume"), "--burst"], env, log))
-        children.extend(consumers)
+        consumers = seed_and_consume(bench, result, stack, children, env, out, processes)
         if bench.profile:
             result.profiles.append(stack.enter_context(_profiled(consumers[0], out)))
         _watch(bench, result, started, consumers, _db_progress(db))
@@ -349,6 +340,29 @@ def run_crawler(bench: Bench, processes: int) -> Result:
     _memory(result, consumers)
     result.threads = [c.thread_split() for c in consumers]
     return result
+
+
+def seed_and_consume(
+    bench: Bench,
+    result: Result,
+    stack: ExitStack,
+    children: list[Child],
+    env: dict[str, str],
+    out: Path,
+    processes: int,
+) -> list[Child]:
+    """`crawler seed` the index pages (waited for), then start `processes` x `crawler-consume --burst`."""
+    log = stack.enter_context((out / "seed.log").open("wb"))
+    seed = Child.start("seed", [*_script("crawler"), "seed", *bench.spec.index_urls()], env, log)
+    children.append(seed)
+    if seed.wait():
+        result.notes.append(f"crawler seed exited with {seed.proc.returncode}, see {out / 'seed.log'}")
+    consumers = []
+    for i in range(processes):
+        log = stack.enter_context((out / f"consume-{i}.log").open("wb"))
+        consumers.append(Child.start(f"consume {i}", [*_script("crawler-consume"), "--burst"], env, log))
+    children.extend(consumers)
+    return consumers
 
 
 def _seen_count(key: str) -> int:

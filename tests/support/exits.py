@@ -14,6 +14,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from bench.exits import relay
+
 
 class ForwardProxy:
     """A plain-HTTP forward proxy on `listen` whose upstream connections leave from `source`.
@@ -55,27 +57,9 @@ class ForwardProxy:
             if self.hang:
                 await self._closed.wait()
                 return
-            line, _, rest = head.partition(b"\r\n")
-            method, target, version = line.decode().split(" ")
-            assert target.startswith("http://"), target
-            hostport, _, path = target[len("http://") :].partition("/")
-            host, _, port = hostport.rpartition(":")
-            up_reader, up_writer = await asyncio.open_connection(
-                host.strip("[]"), int(port), local_addr=(self.source, 0)
-            )
-            headers = [
-                h for h in rest.split(b"\r\n") if h and not h.lower().startswith((b"proxy-", b"connection"))
-            ]
-            up_writer.write(f"{method} /{path} {version}\r\n".encode() + b"\r\n".join(headers))
-            up_writer.write(b"\r\nConnection: close\r\n\r\n")
-            await up_writer.drain()
-            while chunk := await up_reader.read(65536):
-                writer.write(chunk)
-                await writer.drain()
-            up_writer.close()
-        except (OSError, asyncio.IncompleteReadError, ValueError):
-            with contextlib.suppress(OSError):
-                writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            await relay(reader, writer, self.source, head)
+        except (OSError, asyncio.IncompleteReadError):
+            pass
         finally:
             self._tasks.discard(task)
             with contextlib.suppress(Exception):
