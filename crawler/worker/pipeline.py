@@ -273,8 +273,7 @@ class Pipeline:
         """Leave a delivery whose channel closed to the broker, which delivers it again."""
         self._metrics.observe_error(domain, "lost")
         log.info(
-            "%s: %s: its channel closed%s: dropped, neither stored nor acked; the broker delivers "
-            "it again",
+            "%s: %s: its channel closed%s: dropped, neither stored nor acked; the broker delivers it again",
             domain,
             _url_of(message),
             how,
