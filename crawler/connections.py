@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import aio_pika
-from aio_pika.abc import AbstractRobustConnection
+from aio_pika.abc import AbstractConnection, AbstractRobustConnection
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import RedisError
 
 from crawler.errors import ServiceUnavailable
 from crawler.redact import redact
 
+log = logging.getLogger(__name__)
+
 CONNECT_TIMEOUT = 10.0
+# AMQP heartbeat timeout (s) asked for unless the URL says `?heartbeat=N`. RabbitMQ's 60 s would let a
+# consumer cut off the network go on for 3 minutes (the client gives up after 3 missed timeouts)
+# with work the broker has already handed to another; 20 s is the top of what RabbitMQ recommends.
+AMQP_HEARTBEAT = 20
 REDIS_CONNECTIONS = 64  # per process: Redis answers in microseconds, so more would only queue there
 REDIS_WAIT = 60.0  # seconds a command may wait for a free connection before failing
 
@@ -31,7 +40,7 @@ async def broker(url: str, role: str) -> AsyncIterator[AbstractRobustConnection]
     """A robust RabbitMQ connection named after this process; it reconnects by itself."""
     try:
         connection = await aio_pika.connect_robust(
-            url,
+            with_heartbeat(url),
             client_properties={"connection_name": process_label(role)},
             timeout=CONNECT_TIMEOUT,
         )
@@ -40,10 +49,52 @@ async def broker(url: str, role: str) -> AsyncIterator[AbstractRobustConnection]
             f"cannot reach RabbitMQ at {redact(url)} ({type(exc).__name__}: {redact(str(exc))}); "
             "is it running? Set CRAWLER_AMQP_URL to its address"
         ) from None
+    _log_outages(connection, role)
     try:
         yield connection
     finally:
         await connection.close()
+
+
+def with_heartbeat(url: str) -> str:
+    """`url` asking for the crawler's AMQP heartbeat, unless it names one itself."""
+    parts = urlsplit(url)
+    if "heartbeat" in parse_qs(parts.query):
+        return url
+    query = "&".join(q for q in (parts.query, f"heartbeat={AMQP_HEARTBEAT}") if q)
+    return urlunsplit(parts._replace(query=query))
+
+
+def _log_outages(connection: AbstractRobustConnection, role: str) -> None:
+    """One line when the broker connection drops and one when it is back, with how long it was away."""
+    lost_at: list[float] = []  # set while the connection is away; its attempts to come back fail quietly
+
+    def lost(_: AbstractConnection | None, exc: BaseException | None) -> None:
+        if connection.close_called or lost_at:
+            return  # closed by this process; or a failed reconnect, which aio-pika logs itself
+        lost_at.append(time.monotonic())
+        log.warning(
+            "RabbitMQ connection (%s) lost: %s; reconnecting. Its unacked deliveries are back in "
+            "their queues: work under way on them is dropped, neither stored nor acked",
+            role,
+            _why(exc),
+        )
+
+    def back(_: AbstractRobustConnection | None) -> None:
+        away = f" after {time.monotonic() - lost_at.pop():.1f}s" if lost_at else ""
+        log.warning("RabbitMQ connection (%s) back%s; channels and consumers restored", role, away)
+
+    connection.close_callbacks.add(lost)
+    connection.reconnect_callbacks.add(back)
+
+
+def _why(exc: BaseException | None) -> str:
+    """What ended a broker connection, for a log line."""
+    if exc is None:
+        return "closed"
+    if isinstance(exc, asyncio.CancelledError):  # aiormq's heartbeat check gave up on the socket
+        return "nothing heard from the broker for 3 heartbeat timeouts (the network may be cut)"
+    return redact(str(exc) or type(exc).__name__)
 
 
 @asynccontextmanager

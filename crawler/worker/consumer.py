@@ -30,7 +30,7 @@ from crawler.worker.drain import Drain
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import Visitor
 from crawler.worker.parking import Parking
-from crawler.worker.pipeline import Pipeline
+from crawler.worker.pipeline import Pipeline, lost
 from crawler.worker.reload import ConfigWatcher
 from crawler.worker.signals import drain_on_signals
 from crawler.worker.subscriptions import Subscriptions
@@ -186,6 +186,11 @@ class Consumer:
             await self._pipeline.handle(domain, message)
         except BackendHalt as exc:
             await self._halt(domain, message, exc)
+        except asyncio.CancelledError:
+            # aio-pika cancels the work on a channel's deliveries when the channel closes.
+            if lost(message):
+                self._pipeline.abandon(domain, message, ", which stopped the work on it")
+            raise
         finally:
             self.metrics.message_done(domain)
             self._inflight -= 1

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
+from aio_pika.exceptions import ChannelInvalidStateError
 
 from crawler import names as hdr
 from crawler.config import Rules
@@ -72,6 +73,9 @@ class Pipeline:
         except BackendHalt:
             raise  # the fetch service refuses the domain: the consumer lets its queue go
         except Exception as exc:
+            if lost(message):
+                # Not a failure of the page's: parking a retry copy now would have it crawled twice.
+                return self.abandon(domain, message, f" while it was stored or acked ({exc!r})")
             # Infrastructure trouble (broker, database) after the fetch: wait a tier and try again.
             log.warning("%s: %r; will retry", domain, exc)
             self._metrics.observe_error(domain, "internal")
@@ -79,6 +83,8 @@ class Pipeline:
                 await self._count(_crawl_of(message), message, domain, "retried")
 
     async def _process(self, domain: str, message: AbstractIncomingMessage, received: float) -> None:
+        if lost(message):  # prefetched before the connection dropped: not worth a fetch
+            return self.abandon(domain, message, " before its work began")
         attempts = attempts_of(message) + 1
         try:
             crawl, url = self._read(domain, message)
@@ -120,6 +126,11 @@ class Pipeline:
             return
         outcome = await self._cost.charge(domain, outcome, message)
         self._metrics.observe_visit(domain, outcome)
+        if lost(message):
+            # Cut off from the broker while visiting: the broker has the message back and another
+            # consumer may have stored the page already. Storing, routing or parking it here would
+            # do its work twice, and the ack could not be sent.
+            return self.abandon(domain, message, " while it was fetched")
         failure = outcome.failure
         delay = self._delay(domain, attempts, failure)
         if failure is not None and delay is not None:
@@ -239,8 +250,8 @@ class Pipeline:
         status: int | None = None,
         reason: str = "max_pages",
     ) -> None:
-        self._metrics.observe_outcome(domain, kind, status, reason)
         await message.ack()
+        self._metrics.observe_outcome(domain, kind, status, reason)  # counted once it is acked
 
     async def _park_or_return(self, message: AbstractIncomingMessage, domain: str, failure: Failure) -> bool:
         """Park the message in the longest tier (True), or leave it to the broker (False)."""
@@ -257,6 +268,16 @@ class Pipeline:
             except Exception as nack_failed:  # the channel is gone: the broker redelivers anyway
                 log.debug("%s: nack failed too (%r)", domain, nack_failed)
             return False
+
+    def abandon(self, domain: str, message: AbstractIncomingMessage, how: str) -> None:
+        """Leave a delivery whose channel closed to the broker, which delivers it again."""
+        self._metrics.observe_error(domain, "lost")
+        log.info(
+            "%s: %s: its channel closed%s: dropped, neither stored nor acked; the broker delivers it again",
+            domain,
+            _url_of(message),
+            how,
+        )
 
     def _log(self, kind: str, outcome: Outcome, crawl: CrawlMessage, attempts: int, **fields: Any) -> None:
         record, failure = outcome.record, outcome.failure
@@ -275,6 +296,22 @@ class Pipeline:
 
 
 _NO_OPTIONS = CrawlOptions()
+
+
+def lost(message: AbstractIncomingMessage) -> bool:
+    """Whether the channel `message` came on has closed: the broker has it back, unacked."""
+    try:
+        return message.channel.is_closed
+    except ChannelInvalidStateError:  # aio-pika's answer for a closed channel
+        return True
+
+
+def _url_of(message: AbstractIncomingMessage) -> str:
+    """The URL a message asks for, for a log line; its delivery tag if it cannot be read."""
+    try:
+        return CrawlMessage.decode(message.body).url
+    except InvalidMessage:
+        return f"#{message.delivery_tag}"
 
 
 def _crawl_of(message: AbstractIncomingMessage) -> str | None:
