@@ -98,7 +98,7 @@ class Recovery:
             if await self._redis.set(names.rebuild_lock_key, token, nx=True, ex=REBUILD_LOCK_TTL):
                 try:
                     if not _usable(await store.state()):  # else another process finished meanwhile
-                        await self._rebuild(store, names, token)
+                        await self._rebuild(store, names)
                 finally:
                     await self._release(keys=[names.rebuild_lock_key], args=[token])
                 break
@@ -107,7 +107,7 @@ class Recovery:
             await asyncio.sleep(REBUILD_WAIT)  # another process rebuilds: its claims wait too
         self._rebuilt[crawl] = (self._clock(), True)
 
-    async def _rebuild(self, store: SeenStore, names: Names, token: str) -> None:
+    async def _rebuild(self, store: SeenStore, names: Names) -> None:
         crawl = store.crawl
         log.warning(
             "the dedup store of crawl %s is gone (Redis lost it): rebuilding it from the sink",
@@ -125,8 +125,10 @@ class Recovery:
             try:
                 await store.restore([fingerprint(url) for _, url in batch])
                 await self._redis.expire(names.rebuild_lock_key, REBUILD_LOCK_TTL)  # still at it
-            finally:
-                rows, batch = rows + len(batch), await following
+            except BaseException:
+                following.cancel()
+                raise
+            rows, batch = rows + len(batch), await following
         await self._rebuild_counts(crawl, names)
         await store.end_rebuild()
         seconds = time.perf_counter() - started
