@@ -14,6 +14,9 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import aio_pika
 from aio_pika.abc import AbstractConnection, AbstractRobustConnection
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from crawler.errors import ServiceUnavailable
@@ -28,6 +31,9 @@ CONNECT_TIMEOUT = 10.0
 AMQP_HEARTBEAT = 20
 REDIS_CONNECTIONS = 64  # per process: Redis answers in microseconds, so more would only queue there
 REDIS_WAIT = 60.0  # seconds a command may wait for a free connection before failing
+# A command that loses its connection is sent again on a new one, backing off 50 ms, 100 ms ... 1 s:
+# ten tries ride out a Redis restart of ~6 s, where failing would have a page fetched again.
+REDIS_RETRIES = 10
 
 
 def process_label(role: str) -> str:
@@ -108,6 +114,8 @@ async def redis(url: str) -> AsyncIterator[Redis]:
         max_connections=REDIS_CONNECTIONS,
         timeout=REDIS_WAIT,
         socket_connect_timeout=CONNECT_TIMEOUT,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), REDIS_RETRIES),
+        retry_on_error=[RedisConnectionError],
     )
     client = Redis.from_pool(pool)
     async with AsyncExitStack() as stack:

@@ -120,3 +120,7 @@ class SinkError(CrawlerError):
 
 class HookFailed(CrawlerError):
     """A parse hook raised, returned something unusable, or overran the page's deadline."""
+
+
+class DedupLost(CrawlerError):
+    """Redis lost a crawl's dedup store and it could not be rebuilt from the sink (yet)."""

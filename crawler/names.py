@@ -21,6 +21,9 @@ HEADER_CREDITS = "crawler-credits"  # credits the page's earlier attempts were c
 ROBOTS_TTL = 3600  # a robots.txt fetched (or answered 4xx) is trusted this long
 ROBOTS_ERROR_TTL = 60  # a robots.txt that failed (5xx, unreachable) is asked again after this
 ROBOTS_LOCK_TTL = 30  # one worker fetches a robots.txt for the fleet; others wait at most this
+# A lost dedup store is rebuilt from the sink by one process holding this lock; it renews it after
+# each batch it streams, so a rebuilder that dies frees it for another within this long.
+REBUILD_LOCK_TTL = 30
 
 # A classic queue's priority levels cost memory per level; 0..9 is what domains.yaml allows.
 MAX_PRIORITY = 9
@@ -99,7 +102,10 @@ class Names:
 
     @property
     def seen_meta_key(self) -> str:
-        """Redis hash of the dedup store's layout (mode and sizing) and, but for plain, its URL count."""
+        """Redis hash of the dedup store's layout (mode and sizing) and, but for plain, its URL count.
+
+        Its layout is made at the store's first claim: a claim finding none knows Redis lost the store.
+        """
         return f"{self._seen}:meta"
 
     @property
@@ -114,6 +120,16 @@ class Names:
     def seen_bloom_key(self, part: int) -> str:
         """Redis string, one bitmap of the Bloom store."""
         return f"{self._seen}:b:{part}"
+
+    @property
+    def seen_taken_key(self) -> str:
+        """Redis hash of pages taken for fetching since the store was rebuilt (after Redis was lost)."""
+        return f"{self._seen}:taken"
+
+    @property
+    def rebuild_lock_key(self) -> str:
+        """Redis lock held by the one process rebuilding a lost dedup store from the sink."""
+        return f"{self._seen}:rebuild-lock"
 
     def bucket_key(self, domain: str) -> str:
         """Redis hash of a domain's token bucket and back-off state."""

@@ -16,6 +16,9 @@ from redis.asyncio import Redis
 from crawler.fetch.fetcher import BoundedFetcher
 from tests.support import services, tripwire
 
+# Fixtures of tests/support modules, usable by every test.
+pytest_plugins = ["tests.support.redis_server"]
+
 # Nothing a test does may connect outside loopback, even if the crawler's own guard fails.
 tripwire.install()
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from crawler.config import DedupConfig
-from crawler.errors import ConfigError
+from crawler.errors import ConfigError, DedupLost
 from crawler.names import Names
 
 log = logging.getLogger(__name__)
@@ -41,22 +42,34 @@ BUCKET_FILL = 256
 # deleted in one blocking step: larger filters are split into keys of at most 64 MB.
 MAX_BLOOM_KEY_BITS = 2**29
 _MISMATCH = "crawler-dedup-layout"
+_GONE = "crawler-dedup-gone"
+MAX_RECOVERIES = 3  # a claim waits for its store's rebuild at most this often before failing
 MAX_CRAWL_STORES = 256  # per-crawl stores a process keeps made
 
 # Every claim first checks that the crawl's store has the layout this process expects (a fleet whose
 # processes disagree would each consult a different store, or read a bitmap with other hashes), and
-# records it on first use. KEYS[1] the meta hash, KEYS[2] the plain hash, ARGV[1] the layout.
+# records it on first use. It also checks that the store was not lost: Redis restarted empty keeps no
+# layout (a confirm may have made the meta hash again, with a count), and a process that used the
+# store before (`known`) must not go on as if it were new; `reset` marks a store emptied on purpose.
+# KEYS[1] the meta hash, KEYS[2] the plain hash, ARGV[1] the layout, a tab and how the caller knows the
+# store: `known`, `new` (never used here: ask before creating it) or `create`.
 _CHECK = """
-local layout = redis.call('HGET', KEYS[1], 'layout')
+local sent, how = string.match(ARGV[1], '^(.*)\t(%a+)$')
+local meta = redis.call('HMGET', KEYS[1], 'layout', 'rebuilding', 'reset')
+local layout = meta[1]
+if meta[2] then return redis.error_reply('GONE rebuilding') end
 if not layout then
-  if ARGV[1] ~= 'plain' and redis.call('EXISTS', KEYS[2]) == 1 then
+  if how ~= 'create' and not meta[3] then
+    return redis.error_reply('GONE ' .. how)
+  end
+  if sent ~= 'plain' and redis.call('EXISTS', KEYS[2]) == 1 then
     return redis.error_reply('MARKER plain')
   end
-  redis.call('HSET', KEYS[1], 'layout', ARGV[1])
-elseif layout ~= ARGV[1] then
+  redis.call('HSET', KEYS[1], 'layout', sent)
+elseif layout ~= sent then
   return redis.error_reply('MARKER ' .. layout)
 end
-""".replace("MARKER", _MISMATCH)
+""".replace("MARKER", _MISMATCH).replace("GONE", _GONE)
 
 # KEYS: meta, plain hash. ARGV: layout, claimant, fingerprints.
 _PLAIN_CLAIM = (
@@ -197,6 +210,10 @@ return redis.call('HINCRBY', KEYS[1], 'count', added)
 )
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def compact_buckets(config: DedupConfig) -> int:
     """The compact store's bucket count: the configured one, else capacity / BUCKET_FILL."""
     return config.buckets or max(2, math.ceil(config.capacity / BUCKET_FILL))
@@ -240,8 +257,12 @@ class _Layout:
         self.redis = redis
         self.names = names
 
-    async def claim(self, fingerprints: Sequence[bytes], claimant: bytes) -> list[Any]:
+    async def claim(self, fingerprints: Sequence[bytes], claimant: bytes, how: str) -> list[Any]:
         raise NotImplementedError
+
+    def tag(self, how: str) -> str:
+        """The claim scripts' first argument: the layout, and how the caller knows the store."""
+        return f"{self.name}\t{how}"
 
     async def confirm(self, fingerprints: Sequence[bytes]) -> int | None:
         raise NotImplementedError
@@ -260,9 +281,9 @@ class _Plain(_Layout):
         super().__init__(redis, names)
         self._claim = redis.register_script(_PLAIN_CLAIM)
 
-    async def claim(self, fingerprints: Sequence[bytes], claimant: bytes) -> list[Any]:
+    async def claim(self, fingerprints: Sequence[bytes], claimant: bytes, how: str) -> list[Any]:
         keys = [self.names.seen_meta_key, self.names.seen_key]
-        result: list[Any] = await self._claim(keys=keys, args=[self.name, claimant, *fingerprints])
+        result: list[Any] = await self._claim(keys=keys, args=[self.tag(how), claimant, *fingerprints])
         return result
 
     async def confirm(self, fingerprints: Sequence[bytes]) -> int | None:
@@ -291,10 +312,10 @@ class _Spread(_Layout):
         """The keys holding each fingerprint, and the scripts' arguments for it."""
         raise NotImplementedError
 
-    async def claim(self, fingerprints: Sequence[bytes], claimant: bytes) -> list[Any]:
+    async def claim(self, fingerprints: Sequence[bytes], claimant: bytes, how: str) -> list[Any]:
         spread, args = self._split(fingerprints)
         keys = [self.names.seen_meta_key, self.names.seen_key, self.names.seen_pending_key, *spread]
-        result: list[Any] = await self._claim(keys=keys, args=[self.name, claimant, *self._shape, *args])
+        result: list[Any] = await self._claim(keys=keys, args=[self.tag(how), claimant, *self._shape, *args])
         return result
 
     async def confirm(self, fingerprints: Sequence[bytes]) -> int | None:
@@ -339,14 +360,25 @@ class _Bloom(_Spread):
         return keys, args
 
 
+# Called when a claim finds its store gone ("known": lost since this process used it; "new": never
+# seen here, lost or not made yet; "rebuilding": being rebuilt). It returns once the store is usable.
+Recover = Callable[["SeenStore", str], Awaitable[None]]
+
+
 class SeenStore:
     """Which canonical URLs were already routed, keyed by fingerprint, in the configured layout."""
 
-    def __init__(self, redis: Redis, names: Names, config: DedupConfig | None = None) -> None:
+    def __init__(
+        self, redis: Redis, names: Names, config: DedupConfig | None = None, recover: Recover | None = None
+    ) -> None:
         self.config = config or DedupConfig()
+        self.crawl = names.crawl
+        # None: a store found missing is made afresh, as if Redis had never held it (no sink to ask).
+        self.recover = recover
         self._redis = redis
         self._names = names
         self._warned = False
+        self._known = False  # this process used the store: finding it gone means Redis lost it
         self._crawls: dict[str | None, SeenStore] = {names.crawl: self}
         self._layout: _Layout
         if self.config.mode == "compact":
@@ -362,7 +394,7 @@ class SeenStore:
         if store is None:
             if len(self._crawls) > MAX_CRAWL_STORES:  # a long-lived worker sees crawl after crawl
                 self._crawls = {self._names.crawl: self}
-            store = SeenStore(self._redis, self._names.for_crawl(crawl), self.config)
+            store = SeenStore(self._redis, self._names.for_crawl(crawl), self.config, self.recover)
             self._crawls[crawl] = store
         return store
 
@@ -382,12 +414,27 @@ class SeenStore:
         return await self._claimed(fingerprints, claimant)
 
     async def _claimed(self, fingerprints: Sequence[bytes], claimant: bytes) -> list[bool]:
-        try:
-            result = await self._layout.claim(fingerprints, claimant)
-        except ResponseError as exc:
-            text = str(exc)
-            if _MISMATCH not in text:
-                raise
+        for _ in range(MAX_RECOVERIES):
+            how = "create" if self.recover is None else "known" if self._known else "new"
+            try:
+                result = await self._layout.claim(fingerprints, claimant, how)
+            except ResponseError as exc:
+                text = str(exc)
+                if _GONE not in text or self.recover is None:
+                    self._refuse(text)
+                    raise
+                await self.recover(self, text.split(_GONE, 1)[1].strip())
+                continue
+            self._known = True
+            return [bool(x) for x in result]
+        raise DedupLost(
+            f"the dedup store with prefix {self._names.prefix!r} (crawl {self.crawl or 'default'}) was "
+            f"still missing after {MAX_RECOVERIES} rebuilds from the sink; is Redis restarting in a loop?"
+        )
+
+    def _refuse(self, text: str) -> None:
+        """Raise ConfigError if a claim was refused for a layout mismatch."""
+        if _MISMATCH in text:
             found = text.split(_MISMATCH, 1)[1].strip()
             raise ConfigError(
                 f"the crawl with prefix {self._names.prefix!r} keeps its seen URLs as {found!r}, but "
@@ -395,7 +442,6 @@ class SeenStore:
                 "every process of a crawl must use the same dedup settings; set them back, or start "
                 "over with `crawler reset`"
             ) from None
-        return [bool(x) for x in result]
 
     async def confirm(self, fingerprints: Sequence[bytes]) -> None:
         """Mark fingerprints published for good."""
@@ -421,3 +467,43 @@ class SeenStore:
     async def count(self) -> int:
         """How many URLs were routed (plain: claims pending included; Bloom: false positives not)."""
         return await self._layout.count()
+
+    # -- a store lost with Redis, rebuilt from the sink (crawler/frontier/recovery.py) ------------
+
+    async def state(self) -> dict[str, str]:
+        """The store's meta hash: layout, and `rebuilding` / `rebuilt` (a time) once Redis lost it."""
+        raw: dict[bytes | str, bytes | str] = await self._redis.hgetall(self._names.seen_meta_key)
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    async def create(self) -> None:
+        """Make the store afresh: nothing was routed in it yet."""
+        await self._layout.claim([], b"", "create")
+        self._known = True
+
+    async def begin_rebuild(self) -> None:
+        """Mark the store as being rebuilt: every claim waits (GONE rebuilding) until `end_rebuild`."""
+        await self._redis.hset(self._names.seen_meta_key, mapping={"layout": self.layout, "rebuilding": "1"})
+
+    async def restore(self, fingerprints: Sequence[bytes]) -> None:
+        """Put back fingerprints of pages already stored, as routed for good."""
+        if fingerprints:
+            await self._layout.confirm(fingerprints)
+
+    async def end_rebuild(self) -> None:
+        """The store is whole again: claims go on, and first deliveries are checked with `take`."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hdel(self._names.seen_meta_key, "rebuilding")
+            pipe.hset(self._names.seen_meta_key, "rebuilt", f"{time.time():.3f}")
+            await pipe.execute()
+        self._known = True
+
+    async def take(self, fp: bytes) -> bool:
+        """Claim a page for fetching, once per crawl: False if another delivery of it took it first.
+
+        Used only after a rebuild, when a URL queued before Redis was lost may have been queued again.
+        """
+        return bool(await self._redis.hsetnx(self._names.seen_taken_key, fp, b"1"))
+
+    async def forgotten(self) -> None:
+        """Mark the store as emptied on purpose (`crawler reset`): not lost, nothing to rebuild."""
+        await self._redis.hset(self._names.seen_meta_key, "reset", f"{time.time():.3f}")

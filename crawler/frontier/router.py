@@ -89,6 +89,11 @@ class Router:
         self._quota = quota
 
     @property
+    def seen(self) -> SeenStore:
+        """The dedup store links are claimed in."""
+        return self._seen
+
+    @property
     def config(self) -> CrawlConfig:
         """The configuration routing follows; setting it (a live edit) changes the scope too."""
         return self.scope.config

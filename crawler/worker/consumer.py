@@ -21,6 +21,7 @@ from crawler.errors import BackendBudgetExhausted, BackendHalt
 from crawler.frontier.crawls import CrawlState
 from crawler.frontier.exchanges import declare, topology, work_queues
 from crawler.frontier.quota import PageQuota
+from crawler.frontier.recovery import Recovery
 from crawler.frontier.router import Router
 from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import PAUSE_POLL, Names
@@ -52,6 +53,7 @@ class Parts:
     cost: Cost
     writes: GroupCommit
     crawls: CrawlState | None = None  # cancelled crawls and paused domains; None: neither (tests)
+    recovery: Recovery | None = None  # pages queued twice after Redis was lost; None: not checked
 
 
 class Consumer:
@@ -142,6 +144,7 @@ class Consumer:
                 self.metrics,
                 short_retry_wait=self.tuning.short_retry_wait,
                 crawls=parts.crawls,
+                recovery=parts.recovery,
             )
             reload = self.watcher.wake.set if self.watcher else lambda: None
             with drain_on_signals(self.stop, reload, self.grace):

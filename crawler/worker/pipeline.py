@@ -20,6 +20,7 @@ from crawler.errors import BackendHalt, BadURL, Cancelled, InvalidMessage, SinkE
 from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.message import CrawlMessage
 from crawler.frontier.quota import PageQuota
+from crawler.frontier.recovery import Recovery
 from crawler.frontier.retry import Delay, Failure, next_delay
 from crawler.frontier.router import PublishFailed, Router
 from crawler.frontier.urls import fingerprint, host_of
@@ -53,6 +54,7 @@ class Pipeline:
         *,
         short_retry_wait: float,
         crawls: CrawlState | None = None,
+        recovery: Recovery | None = None,
     ) -> None:
         self._live = live
         self._visitor = visitor
@@ -64,6 +66,7 @@ class Pipeline:
         self._metrics = metrics
         self._wait = short_retry_wait
         self._crawls = crawls  # None: crawl ids are carried but not checked nor counted (tests)
+        self._recovery = recovery  # None: no check for pages queued twice after Redis was lost
 
     async def handle(self, domain: str, message: AbstractIncomingMessage) -> None:
         """Bring one delivery to its outcome and ack it (or leave it to the broker to deliver again)."""
@@ -80,7 +83,10 @@ class Pipeline:
             log.warning("%s: %r; will retry", domain, exc)
             self._metrics.observe_error(domain, "internal")
             if await self._park_or_return(message, domain, Failure("transient", f"{exc}")):
-                await self._count(_crawl_of(message), message, domain, "retried")
+                try:
+                    await self._count(_crawl_of(message), message, domain, "retried")
+                except Exception as count_failed:  # Redis is what failed: the message is parked anyway
+                    log.warning("%s: the retry was not counted in its crawl (%r)", domain, count_failed)
 
     async def _process(self, domain: str, message: AbstractIncomingMessage, received: float) -> None:
         if lost(message):  # prefetched before the connection dropped: not worth a fetch
@@ -98,6 +104,10 @@ class Pipeline:
         rules = self._live.rules(domain)
         # A page counts against max_pages once, on its first try (not again when returned unfetched).
         first = attempts == 1 and not message.redelivered
+        if first and await self._queued_twice(crawl.crawl, url):
+            pages_log.info("%s %s: skipped, queued again after Redis was lost and taken already", domain, url)
+            await self._count(crawl.crawl, message, domain, "skipped")
+            return await self._done(message, domain, "skipped", reason="duplicate")
         held = await self._held_back(domain, crawl.crawl, options, rules, first)
         if held is not None:
             reason, why = held
@@ -169,6 +179,12 @@ class Pipeline:
         if not await self._cost.allows(domain, rules):
             return "max_credits", f"max_credits {rules.max_credits or 0:g} reached"
         return None
+
+    async def _queued_twice(self, crawl: str | None, url: str) -> bool:
+        """A page queued again after Redis lost the dedup store, whose first copy was taken already."""
+        if self._recovery is None:
+            return False
+        return await self._recovery.duplicate(self._router.seen.for_crawl(crawl), url)
 
     def _read(self, domain: str, message: AbstractIncomingMessage) -> tuple[CrawlMessage, str]:
         """The message and its canonical URL; InvalidMessage or BadURL if it cannot be crawled here."""

@@ -22,6 +22,7 @@ from crawler.fetch.robots import Robots
 from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.exchanges import declare, topology, work_queues
 from crawler.frontier.quota import PageQuota
+from crawler.frontier.recovery import Recovery
 from crawler.frontier.router import Routed, Router
 from crawler.frontier.urls import canonicalise
 from crawler.monitor.metrics import DomainStats, Metrics
@@ -46,18 +47,24 @@ class Frontier:
     connection: AbstractRobustConnection
     redis: Redis
     seen: SeenStore
+    recovery: Recovery  # rebuilds the dedup store from the sink if Redis loses it
 
 
 @asynccontextmanager
 async def frontier(
     settings: Settings, role: str, config: CrawlConfig | None = None
 ) -> AsyncIterator[Frontier]:
-    """Connect to RabbitMQ and Redis; the dedup store is laid out as `config` says (default: plain)."""
+    """Connect to RabbitMQ and Redis; the dedup store is laid out as `config` says (default: plain).
+
+    A dedup store Redis lost is rebuilt from the pages in the database.
+    """
     async with AsyncExitStack() as stack:
         connection = await stack.enter_async_context(connections.broker(settings.amqp_url, role))
         redis = await stack.enter_async_context(connections.redis(settings.redis_url))
         dedup = config.dedup if config is not None else None
-        yield Frontier(connection, redis, SeenStore(redis, settings.names, dedup))
+        recovery = Recovery(redis, settings.names, settings.database_url)
+        stack.callback(recovery.close)
+        yield Frontier(connection, redis, SeenStore(redis, settings.names, dedup, recovery), recovery)
 
 
 def make_fetcher(config: CrawlConfig) -> BoundedFetcher:
@@ -96,7 +103,7 @@ def parts(
     cost = Cost(f.redis, names, metrics, backend)
     quota = PageQuota(f.redis, names)
     visit = visitor(live, f.redis, names, fetcher)
-    return Parts(live, visit, f.seen, quota, cost, GroupCommit(sink), CrawlState(f.redis, names))
+    return Parts(live, visit, f.seen, quota, cost, GroupCommit(sink), CrawlState(f.redis, names), f.recovery)
 
 
 def visitor(live: LiveConfig, redis: Redis, names: Names, fetcher: Fetcher) -> Visitor:
@@ -277,3 +284,5 @@ async def reset(settings: Settings, config: CrawlConfig) -> None:
             keys = [key async for key in f.redis.scan_iter(match=pattern, count=1000)]
             for i in range(0, len(keys), 1000):
                 await f.redis.delete(*keys[i : i + 1000])
+        # The default crawl's store, empty on purpose: its pages stored before are not rebuilt into it.
+        await f.seen.forgotten()
