@@ -14,6 +14,7 @@ import pytest
 
 from bench.node import Node
 from bench.procs import rss_mb
+from crawler.names import CLOSE_WAIT
 from crawler.sink.sql import migrate
 from demo.site import Route, Site, free_port, page, serve
 from tests.support.crawls import consumer, finish, seed, stored
@@ -99,7 +100,7 @@ async def test_a_memory_alarm_blocks_publishers_and_the_crawl_resumes_when_it_cl
             # Stopped under the alarm: it exits after its grace, its held work goes back to the queue.
             stopping = time.monotonic()
             stopped.send_signal(signal.SIGTERM)
-            _, stopped_log = await asyncio.to_thread(stopped.communicate, timeout=GRACE + 30)
+            _, stopped_log = await asyncio.to_thread(stopped.communicate, timeout=GRACE + 60)
             stop_took = time.monotonic() - stopping
             assert stopped.returncode == 0, stopped_log
 
@@ -125,7 +126,9 @@ async def test_a_memory_alarm_blocks_publishers_and_the_crawl_resumes_when_it_cl
     # waited for the unblock).
     refetched = sum(n - 1 for s in sites for p in s.routes if (n := s.hits(p)) > 1)
     assert refetched <= PREFETCH * len(hosts) + PREFETCH, refetched
-    assert stop_took < GRACE + 20, stop_took
+    # Its grace, CLOSE_WAIT for the blocked channel, ~2 s for the connection; the rest is slack for a
+    # loaded machine. Before CLOSE_WAIT it did not exit at all while the alarm lasted.
+    assert stop_took < GRACE + CLOSE_WAIT + 30, stop_took
     for log in (stopped_log, survivor_log):
         assert "RabbitMQ blocks publishing on crawler-consume publisher" in log, log
         assert "(low on memory)" in log, log
