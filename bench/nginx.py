@@ -44,7 +44,9 @@ MOVED = (
 )
 
 
-def config(spec: SiteSpec, site: Path, state: Path, *, redirects: bool = False) -> str:
+def config(
+    spec: SiteSpec, site: Path, state: Path, *, redirects: bool = False, access_log: Path | None = None
+) -> str:
     """nginx.conf serving each host's directory on its own IP; every path under `state`."""
     servers = "\n".join(
         f"    server {{\n"
@@ -56,13 +58,21 @@ def config(spec: SiteSpec, site: Path, state: Path, *, redirects: bool = False) 
         f"    }}"
         for host in spec.hosts
     )
-    return frame(servers, state, connections=4096, open_files=8000)
+    return frame(servers, state, connections=4096, open_files=8000, access_log=access_log)
 
 
-def frame(servers: str, state: Path, *, connections: int, open_files: int) -> str:
-    """A whole nginx.conf around the `servers` blocks; every path under `state`."""
+# One line per request: host, path and status, enough to count what a crawl fetched twice.
+REQUEST_LOG = "log_format requests '$server_addr $request_uri $status';"
+
+
+def frame(
+    servers: str, state: Path, *, connections: int, open_files: int, access_log: Path | None = None
+) -> str:
+    """A whole nginx.conf around the `servers` blocks; every path under `state`; no access log unless
+    `access_log` (then in REQUEST_LOG's format)."""
     # As root, workers would switch to `nobody`, who may not read a private temp directory.
     user = "user root root;\n" if os.geteuid() == 0 else ""
+    requests = f"{REQUEST_LOG}\n    access_log {access_log} requests;" if access_log else "access_log off;"
     # The open-file cache keeps a descriptor per cached page: keep it well under the descriptor limit.
     return f"""{user}worker_processes 1;
 worker_rlimit_nofile 65536;
@@ -77,7 +87,7 @@ http {{
     }}
     default_type application/octet-stream;
     charset utf-8;
-    access_log off;
+    {requests}
     sendfile on;
     tcp_nopush on;
     keepalive_timeout 65;
@@ -114,10 +124,12 @@ def _listening(host: str, port: int) -> bool:
 
 
 @contextmanager
-def serve(spec: SiteSpec, site: Path, state: Path, *, redirects: bool = False) -> Iterator[Nginx]:
+def serve(
+    spec: SiteSpec, site: Path, state: Path, *, redirects: bool = False, access_log: Path | None = None
+) -> Iterator[Nginx]:
     """Run nginx in the foreground of a child process until the block ends (`redirects`: see MOVED)."""
     state.mkdir(parents=True, exist_ok=True)
-    text = config(spec, site, state, redirects=redirects)
+    text = config(spec, site, state, redirects=redirects, access_log=access_log)
     with run(text, [(h, spec.port) for h in spec.hosts], state) as server:
         yield server
 

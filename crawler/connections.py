@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import aio_pika
@@ -35,15 +37,109 @@ REDIS_WAIT = 60.0  # seconds a command may wait for a free connection before fai
 # ten tries ride out a Redis restart of ~6 s, where failing would have a page fetched again.
 REDIS_RETRIES = 10
 
+# aiormq's handlers of RabbitMQ's connection.blocked / unblocked notices (private, name-mangled).
+_NOTICES = ("_Connection__handle_connection_blocked", "_Connection__handle_connection_unblocked")
+
+_warned: set[str] = set()
+
 
 def process_label(role: str) -> str:
     """Who this process is, for connection names: role, host and pid."""
     return f"{role} {socket.gethostname()} pid {os.getpid()}"
 
 
+class Blocking:
+    """Whether RabbitMQ blocks a connection's publishes (a resource alarm), and for how long in all.
+
+    A blocked connection's publishes wait for the alarm to clear: the crawl holds, nothing is lost,
+    nothing grows; this makes the wait visible in the log and the metrics instead of a silent stall.
+    """
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.reason: str | None = None
+        self.blocks = 0  # how many times it was blocked
+        self._since: float | None = None
+        self._ended = 0.0  # seconds of the blocks that ended
+
+    @property
+    def blocked(self) -> bool:
+        """True while RabbitMQ blocks the connection."""
+        return self._since is not None
+
+    def seconds(self) -> float:
+        """Seconds blocked in all, the block under way included."""
+        now = time.monotonic()
+        return self._ended + (now - self._since if self._since is not None else 0.0)
+
+    def block(self, reason: str) -> None:
+        """RabbitMQ said connection.blocked."""
+        if self._since is not None:
+            return
+        self._since = time.monotonic()
+        self.reason = reason
+        self.blocks += 1
+        log.warning(
+            "RabbitMQ blocks publishing on %s (%s): publishes, and the acks of the pages they come "
+            "from, wait until its resource alarm clears (rabbitmq-diagnostics alarms); nothing is lost",
+            self.label,
+            reason,
+        )
+
+    def unblock(self) -> None:
+        """RabbitMQ said connection.unblocked, or the connection was replaced by a fresh one."""
+        if self._since is None:
+            return
+        took = time.monotonic() - self._since
+        self._ended += took
+        self._since = None
+        log.warning("RabbitMQ unblocked publishing on %s after %.1fs", self.label, took)
+
+
+def follow_blocking(connection: AbstractRobustConnection, blocking: Blocking) -> None:
+    """Have `blocking` follow RabbitMQ's blocked / unblocked notices on `connection`, across reconnects."""
+
+    def hook(*_: object) -> None:
+        blocking.unblock()  # a fresh connection starts unblocked
+        transport = connection.transport
+        if transport is None or not _hook(transport.connection, blocking):
+            problem = "aiormq's connection has no blocked/unblocked handlers of the expected shape"
+            if problem not in _warned:
+                _warned.add(problem)
+                log.warning("cannot report RabbitMQ resource alarms in the log: %s", problem)
+
+    hook()
+    connection.reconnect_callbacks.add(hook)
+
+
+def _hook(amqp: Any, blocking: Blocking) -> bool:
+    # aiormq reads both notices (and logs them, at a level the crawler silences) but offers no
+    # callback: wrap its handlers on this instance. Where they are missing, publishing still waits
+    # as it should; only the log line and the metric are lost.
+    originals = [getattr(amqp, name, None) for name in _NOTICES]
+    if not hasattr(amqp, "__dict__") or not all(inspect.iscoroutinefunction(h) for h in originals):
+        return False
+    on_blocked, on_unblocked = originals
+
+    async def blocked(frame: Any) -> None:
+        blocking.block(str(getattr(frame, "reason", None) or "no reason given"))
+        await on_blocked(frame)  # type: ignore[misc]
+
+    async def unblocked(frame: Any) -> None:
+        blocking.unblock()
+        await on_unblocked(frame)  # type: ignore[misc]
+
+    setattr(amqp, _NOTICES[0], blocked)
+    setattr(amqp, _NOTICES[1], unblocked)
+    return True
+
+
 @asynccontextmanager
-async def broker(url: str, role: str) -> AsyncIterator[AbstractRobustConnection]:
-    """A robust RabbitMQ connection named after this process; it reconnects by itself."""
+async def broker(
+    url: str, role: str, blocking: Blocking | None = None
+) -> AsyncIterator[AbstractRobustConnection]:
+    """A robust RabbitMQ connection named after this process; it reconnects by itself, and logs
+    when RabbitMQ blocks its publishes (into `blocking`, if given)."""
     try:
         connection = await aio_pika.connect_robust(
             with_heartbeat(url),
@@ -56,6 +152,7 @@ async def broker(url: str, role: str) -> AsyncIterator[AbstractRobustConnection]
             "is it running? Set CRAWLER_AMQP_URL to its address"
         ) from None
     _log_outages(connection, role)
+    follow_blocking(connection, blocking or Blocking(process_label(role)))
     try:
         yield connection
     finally:

@@ -37,6 +37,9 @@ GW_INFLIGHT_GRACE = 30.0
 GW_SESSION_TTL = 600.0
 # How often a consumer reads the paused domains: a pause or resume takes hold fleet-wide within it.
 PAUSE_POLL = 0.5
+# Seconds a stopping consumer waits for its publishing channel to close: RabbitMQ does not answer on
+# a connection it blocks (a resource alarm), and the connection's own close ends the channel anyway.
+CLOSE_WAIT = 5.0
 # A worker that went silent stays listed (as gone) this long, so a person notices it.
 GONE_KEPT = 24 * 3600.0
 

@@ -13,6 +13,7 @@ import pytest
 from psycopg import sql
 from redis.asyncio import Redis
 
+from bench.node import Node, private_node
 from crawler.fetch.fetcher import BoundedFetcher
 from tests.support import services, tripwire
 
@@ -59,6 +60,14 @@ def amqp_url() -> Iterator[str]:
     """AMQP URL of a fresh RabbitMQ vhost, deleted after the test."""
     with services.vhost() as url:
         yield url
+
+
+@pytest.fixture
+def rabbitmq_node(tmp_path: Path) -> Iterator[Node]:
+    """A private RabbitMQ node of the test's own, halted after: for faults that hit a whole node
+    (alarms, restarts), which the shared node must never see."""
+    with private_node(tmp_path / "rabbitmq", "crawler-test") as node:
+        yield node
 
 
 @pytest.fixture

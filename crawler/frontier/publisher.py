@@ -95,6 +95,10 @@ class Publisher:
         confirms = [loop.create_future() for _ in messages]
         closing = channel.closing  # an observer of the close, cancelled below
         try:
+            if not await _unblocked(channel, closing):
+                _discard(confirms)
+                lost = NotConfirmed(f"channel closed while RabbitMQ blocked publishing ({_reason(closing)})")
+                return [lost] * len(messages)
             # The lock keeps delivery tags in the order the broker sees the messages, also against
             # aio-pika publishes on the same channel; it raises if the channel is closed.
             async with channel.lock:
@@ -209,6 +213,8 @@ def fast_path_problem(channel: object) -> str | None:
     fields = {f.name for f in dataclasses.fields(frame_type)}
     if fields != {"payload", "should_close", "drain_future"}:
         return f"aiormq.abc.ChannelFrame has fields {sorted(fields)}, not payload, should_close, drain_future"
+    if not inspect.iscoroutinefunction(getattr(getattr(channel, "connection", None), "ready", None)):
+        return "aiormq.Channel.connection.ready is no coroutine function"
     # Properties read from the class: reading them on the channel would create an observer or a lock.
     for name in ("lock", "closing"):
         if not isinstance(inspect.getattr_static(type(channel), name, None), property):
@@ -225,6 +231,21 @@ def fast_path_problem(channel: object) -> str | None:
         if not isinstance(value, kind) or isinstance(value, bool):
             return f"aiormq.Channel.{name} is {type(value).__name__}, not {kind.__name__}"
     return None
+
+
+async def _unblocked(channel: aiormq.Channel, closing: asyncio.Future[object]) -> bool:
+    """Wait while RabbitMQ blocks the channel's connection (a resource alarm); False if it closes first.
+
+    A blocked connection is not read: a batch written meanwhile would sit in the socket, and if the
+    consumer stopped, the broker would still take it once the alarm cleared, after its links were
+    released for their pages to route again (each would be crawled twice). Held here, it is not sent.
+    """
+    ready = asyncio.ensure_future(channel.connection.ready())
+    try:
+        await asyncio.wait((ready, closing), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ready.cancel()
+    return ready.done() and not ready.cancelled() and ready.exception() is None
 
 
 def _outcome(future: asyncio.Future[object]) -> BaseException | None:

@@ -22,6 +22,7 @@ from prometheus_client import (
 )
 from prometheus_client.metrics import MetricWrapperBase
 
+from crawler.connections import Blocking
 from crawler.errors import (
     ConfigError,
     ConnectFailed,
@@ -224,6 +225,21 @@ class Metrics:
         )
         self.started = Gauge("crawler_worker_start_time_seconds", "Unix time this worker started", registry=r)
         self.started.set_to_current_time()
+        self.broker_blocked = Gauge(
+            "crawler_broker_blocked",
+            "1 while RabbitMQ blocks this worker's publishes (a memory or disk alarm), else 0",
+            registry=r,
+        )
+        self.broker_blocked_seconds = Gauge(
+            "crawler_broker_blocked_seconds",
+            "Seconds RabbitMQ has blocked this worker's publishes since it started",
+            registry=r,
+        )
+
+    def follow_blocking(self, blocking: Blocking) -> None:
+        """Report the publishing connection's blocked state, read when scraped."""
+        self.broker_blocked.set_function(lambda: float(blocking.blocked))
+        self.broker_blocked_seconds.set_function(blocking.seconds)
 
     # -- what the consumer reports ----------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from crawler.frontier.quota import PageQuota
 from crawler.frontier.recovery import Recovery
 from crawler.frontier.router import Router
 from crawler.monitor.metrics import DomainStats, Metrics
-from crawler.names import PAUSE_POLL, Names
+from crawler.names import CLOSE_WAIT, PAUSE_POLL, Names
 from crawler.sink.groupcommit import GroupCommit
 from crawler.worker.cost import Cost
 from crawler.worker.drain import Drain
@@ -162,7 +162,18 @@ class Consumer:
                             if task is not None:
                                 task.cancel()
         finally:
-            await publisher.close()
+            await self._close(publisher)
+
+    async def _close(self, publisher: AbstractRobustChannel) -> None:
+        # A blocked connection's channel would wait for its close-ok as long as the alarm lasts.
+        try:
+            await asyncio.wait_for(publisher.close(), CLOSE_WAIT)
+        except TimeoutError:
+            log.warning(
+                "the publishing channel did not close within %.0fs (RabbitMQ blocks publishing?): "
+                "closing its connection instead",
+                CLOSE_WAIT,
+            )
 
     def stop(self) -> None:
         """Stop taking deliveries; run() returns once in-flight messages are done or returned."""

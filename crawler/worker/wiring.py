@@ -233,8 +233,10 @@ async def consume(
         f = await stack.enter_async_context(frontier(settings, role, config))
         # Publishing on its own connection: RabbitMQ throttles a connection that publishes faster
         # than its queues take, and on a shared one that would hold up deliveries and acks too.
+        blocking = connections.Blocking(connections.process_label(f"{role} publisher"))
+        monitoring.metrics.follow_blocking(blocking)
         publishing = await stack.enter_async_context(
-            connections.broker(settings.amqp_url, f"{role} publisher")
+            connections.broker(settings.amqp_url, f"{role} publisher", blocking)
         )
         sink = Sink(settings.database_url)
         stack.callback(sink.close)
