@@ -169,14 +169,15 @@ def _nginx_missing() -> bool:
     return shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists() and os.geteuid() != 0
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)  # ~1 minute on a quiet machine; each process starts slowly under load
 @pytest.mark.skipif(_nginx_missing(), reason="needs nginx (apt-get install nginx)")
 def test_the_scaling_bench_crawls_grows_the_store_and_publishes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from bench.scaling import broker_ceiling, main
 
-    main(["--only", "size,dedup", "--sizes", "8,16,40", "--work", str(tmp_path)])
+    # A port of its own: a bench run may be serving on the default one.
+    main(["--only", "size,dedup", "--sizes", "8,16,40", "--port", "8119", "--work", str(tmp_path)])
     out = capsys.readouterr().out
     rows = {line.split("  ")[0]: line for line in out.splitlines()}
     for case, stored in [("8 pages", "8/8"), ("16 pages", "16/16"), ("8 pages + 32 seeded", "8/8")]:
@@ -185,8 +186,9 @@ def test_the_scaling_bench_crawls_grows_the_store_and_publishes(
     assert "slope" in out
     growth = [line.split() for line in out.splitlines() if line.startswith(("plain ", "compact ", "bloom "))]
     assert [(g[0], g[1]) for g in growth] == [
-        (mode, capacity) for capacity in ("1,000", "10,000,000") for mode in ("plain", "compact", "bloom")
-    ]
+        ("plain", "1,000"), ("compact", "1,000"), ("bloom", "1,000"),
+        ("compact", "10,000,000"), ("bloom", "10,000,000"),
+    ]  # fmt: skip
     assert all(float(b) > 0 for g in growth for b in g[2:5]), growth
 
     two = broker_ceiling(2, 200, 0.0)
