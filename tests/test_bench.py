@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections import deque
 from pathlib import Path
+
+import pytest
 
 from bench.profile import activity, parse, summary
 from bench.site import STAMP, SiteSpec, file_name, pages, render, write
@@ -119,3 +123,73 @@ def test_the_gateway_bench_says_which_target_it_missed() -> None:
     text = table([direct, via])
     assert "50%" in text and "3.50" in text
     assert "(target >= 60%): MISSED" in text and "(target <= 1): MISSED" in text
+
+
+def test_the_scaling_bench_fits_the_rss_slope_per_10k_pages() -> None:
+    from bench.scaling import rss_slope
+
+    flat = [(p, 120.0) for p in range(0, 20_000, 500)]
+    assert rss_slope(flat, 2_000) == 0.0
+    growing = [(p, 100 + p / 1_000) for p in range(0, 20_000, 500)]  # 1 MB per 1,000 pages
+    slope = rss_slope(growing, 2_000)
+    assert slope is not None and abs(slope - 10.0) < 1e-9
+    # The first pages (caches and pools filling) are left out; one point is no slope.
+    assert rss_slope([(0, 50.0), (100, 90.0), (5_000, 120.0)], 5_000) is None
+
+
+def test_the_scaling_projection_shows_its_arithmetic() -> None:
+    from bench.scaling import Costs, projection
+
+    text = projection(
+        Costs(
+            consumer_ms=2.0,
+            one_consumer_rate=400.0,
+            rabbitmq_ms=0.4,
+            redis_ms=0.2,
+            urls_per_page=1.0,
+            store_bytes={"plain": 60.0, "bloom": 2.0},
+            db_bytes=20_000.0,
+            router_rate=8_000.0,
+            broker_rate=12_000.0,
+            broker_ms=0.1,
+        ),
+        per_day=86_400_000,  # 1,000 pages/s
+    )
+    assert "= 1,000 pages/s on average" in text
+    assert "1,000 pages/s x 2.00 CPU-ms/page = 2.00 cores" in text
+    assert "1,000 / 400 = 2.5 -> 3 processes at full speed, 4 at 70 %" in text
+    assert "1,000 x 0.40 ms/page = 0.40 cores of RabbitMQ" in text
+    assert "plain    86,400,000 x 60.00 B = 5.18 GB per day" in text
+    assert "bloom    86,400,000 x 2.00 B = 0.17 GB per day" in text
+    assert "= 20.0 MB/s, 1,728 GB a day" in text
+
+
+def _nginx_missing() -> bool:
+    # bench.nginx installs it when run as root; elsewhere it must be there.
+    return shutil.which("nginx") is None and not Path("/usr/sbin/nginx").exists() and os.geteuid() != 0
+
+
+@pytest.mark.timeout(900)  # ~1 minute on a quiet machine; each process starts slowly under load
+@pytest.mark.skipif(_nginx_missing(), reason="needs nginx (apt-get install nginx)")
+def test_the_scaling_bench_crawls_grows_the_store_and_publishes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench.scaling import broker_ceiling, main
+
+    # A port of its own: a bench run may be serving on the default one.
+    main(["--only", "size,dedup", "--sizes", "8,16,40", "--port", "8119", "--work", str(tmp_path)])
+    out = capsys.readouterr().out
+    rows = {line.split("  ")[0]: line for line in out.splitlines()}
+    for case, stored in [("8 pages", "8/8"), ("16 pages", "16/16"), ("8 pages + 32 seeded", "8/8")]:
+        assert stored in rows[case], out
+    assert "note:" not in out and "INCOMPLETE" not in out, out  # every crawl whole, its store as expected
+    assert "slope" in out
+    growth = [line.split() for line in out.splitlines() if line.startswith(("plain ", "compact ", "bloom "))]
+    assert [(g[0], g[1]) for g in growth] == [
+        ("plain", "1,000"), ("compact", "1,000"), ("bloom", "1,000"),
+        ("compact", "10,000,000"), ("bloom", "10,000,000"),
+    ]  # fmt: skip
+    assert all(float(b) > 0 for g in growth for b in g[2:5]), growth
+
+    two = broker_ceiling(2, 200, 0.0)
+    assert two.publishes == 400 and two.rate > 0
