@@ -194,7 +194,7 @@ class FetchSpec(_Strict):
                 "country, premium, session and render_js need `via: api` (a page is rendered by the "
                 "fetch service, crawler-gateway with `render:` in its proxies.yaml, never by a worker)"
             )
-        if not self.render_js and ("wait_until" in self.model_fields_set or self.wait_for):
+        if not self.render_js and (self.wait_until != "load" or self.wait_for):
             raise ValueError("wait_until and wait_for apply to rendered pages only: add `render_js: true`")
         return self
 

@@ -33,7 +33,7 @@ async def _browsers(port: int) -> int:
     return int(render.get("browsers", 0))
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("how", ["sigterm", "sigkill", "sigkill-with-driver-and-hung-browsers"])
 async def test_no_chromium_is_left_behind(tmp_path: Path, prefix: str, how: str) -> None:
     exit_proxy = await ForwardProxy("127.0.0.41", "127.0.0.42").start()
@@ -51,7 +51,7 @@ async def test_no_chromium_is_left_behind(tmp_path: Path, prefix: str, how: str)
     )
     below: list[int] = []
     try:
-        await until(lambda: _browsers(port), lambda n: n == 2, what="two browsers up", within=60)
+        await until(lambda: _browsers(port), lambda n: n == 2, what="two browsers up", within=150)
         below = descendants(gateway.pid)
         browsers = [p for p in below if any(a.startswith(MARKER) for a in cmdline(p))]
         assert len(browsers) >= 2 and len(below) > len(browsers), (below, browsers)
@@ -66,7 +66,10 @@ async def test_no_chromium_is_left_behind(tmp_path: Path, prefix: str, how: str)
         _, err = gateway.communicate(timeout=60)
         assert gateway.returncode == (0 if how == "sigterm" else -signal.SIGKILL), err
         await until(
-            lambda: [p for p in below if alive(p)], lambda left: not left, what="every process gone", within=30
+            lambda: [p for p in below if alive(p)],
+            lambda left: not left,
+            what="every process gone",
+            within=30,
         )
     finally:
         if gateway.poll() is None:

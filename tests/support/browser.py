@@ -6,14 +6,16 @@ import os
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = "/usr/lib/chromium/chromium-headless-shell"
 
 
 def chromium() -> str:
-    """The path of Debian's chromium; skips the test without it, fails it in CI (CI=true)."""
+    """The path of Debian's headless Chromium; skips the test without it, fails it in CI (CI=true)."""
     if os.access(CHROMIUM, os.X_OK):
         return CHROMIUM
-    message = "chromium not found: install Debian's chromium package (scripts/services --tests does)"
+    message = (
+        "chromium not found: install Debian's chromium-headless-shell package (scripts/services --tests does)"
+    )
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message)
     pytest.skip(message)

@@ -53,6 +53,7 @@ fetch('{admin}').catch(() => null).finally(() => {{
   document.body.appendChild(p);
 }});
 fetch('http://169.254.169.254/latest/meta-data/').catch(() => null);
+try {{ new WebSocket('{admin}'.replace('http:', 'ws:')); }} catch (e) {{}}
 </script></body></html>"""
 
 # Never idle: a request every 100 ms for as long as the page lives.
@@ -121,6 +122,7 @@ class ScriptedSite:
             return web.Response(text=html, content_type="text/html")
         if path == "/api/items":
             items = [{"href": f"/item/{i}", "name": f"item {i}"} for i in range(3)]
+            items.append({"href": "/redirect", "name": "moving"})
             return web.json_response({"items": items, "price": "12.50"})
         if path == "/api/more":
             page = int(request.query.get("page", "1"))

@@ -14,13 +14,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from playwright.async_api import Browser, BrowserContext, Playwright, async_playwright
+from playwright.async_api import Browser, BrowserContext, Playwright, WebSocketRoute, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
 from crawler.errors import ConfigError
 from crawler.gateway.render.metrics import RenderMetrics
 from crawler.gateway.render.options import RenderConfig
-from crawler.gateway.render.processes import FLAGS, find_marked, tree_rss, write_launchers
+from crawler.gateway.render.processes import FLAGS, find_marked, is_script, tree_rss, write_launchers
 
 log = logging.getLogger("crawler.gateway.render")
 MARKER = "--crawler-gateway-browser="  # tells our Chromium processes apart in /proc
@@ -78,7 +78,14 @@ class BrowserPool:
         if not os.access(self.config.executable, os.X_OK):
             raise ConfigError(
                 f"render.executable {self.config.executable!r} is not an executable: install Debian's "
-                "chromium (`bash scripts/services --render` does) or point render.executable at it"
+                "chromium-headless-shell (`bash scripts/services --render` does) or point "
+                "render.executable at a Chromium"
+            )
+        if is_script(self.config.executable):
+            log.warning(
+                "render.executable %s is a script: a browser it starts as a child may outlive a killed "
+                "gateway; point it at the binary (e.g. /usr/lib/chromium/chromium-headless-shell)",
+                self.config.executable,
             )
         node, self._browser_exe = write_launchers(Path(self._dir.name), self.config.executable)
         # Playwright reads the driver's path from the environment when it starts, and only then.
@@ -166,7 +173,11 @@ class BrowserPool:
                 with contextlib.suppress(Exception):
                     await old.close()
             self._metrics.restarts.labels(reason).inc()
-            await self._launch(slot)
+            try:
+                await self._launch(slot)
+            except PlaywrightError as exc:
+                slot.retire = "crash"  # tried again at the next lease
+                raise BrowserGone(f"browser {slot.index} did not start again: {exc}") from None
 
     def _pick(self) -> Slot:
         usable = [s for s in self._slots if s.usable] or [s for s in self._slots if not s.busy]
@@ -183,14 +194,9 @@ class BrowserPool:
             slot = self._pick()
             if not slot.usable:
                 await self._renew(slot)
-            assert slot.browser is not None
             slot.busy += 1
             try:
-                try:
-                    context = await slot.browser.new_context(service_workers="block")
-                except PlaywrightError as exc:
-                    slot.retire = slot.retire or "crash"
-                    raise BrowserGone(f"browser {slot.index}: {exc}") from None
+                context = await self._new_context(slot)
                 try:
                     yield context
                 finally:
@@ -211,13 +217,7 @@ class BrowserPool:
             slot = self._pick()
             if not slot.usable:
                 await self._renew(slot)
-            assert slot.browser is not None
-            try:
-                context = await slot.browser.new_context(service_workers="block")
-            except PlaywrightError as exc:
-                slot.retire = slot.retire or "crash"
-                raise BrowserGone(f"browser {slot.index}: {exc}") from None
-            held = self._sessions[name] = Session(slot, context)
+            held = self._sessions[name] = Session(slot, await self._new_context(slot))
         async with held.lock:  # one page at a time in a session, as in one browser tab
             held.slot.busy += 1
             held.pages += 1
@@ -226,6 +226,18 @@ class BrowserPool:
                 yield held.context
             finally:
                 await self._done(held.slot)
+
+    async def _new_context(self, slot: Slot) -> BrowserContext:
+        """A context in `slot`'s browser whose pages can open no WebSocket and run no service worker
+        (neither would pass through interception)."""
+        try:
+            assert slot.browser is not None
+            context = await slot.browser.new_context(service_workers="block")
+            await context.route_web_socket("**/*", _refuse_socket)
+        except PlaywrightError as exc:
+            slot.retire = slot.retire or "crash"
+            raise BrowserGone(f"browser {slot.index}: {exc}") from None
+        return context
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -252,3 +264,8 @@ class BrowserPool:
                 )
         if slot.retire is not None and not slot.busy:
             await self._renew(slot)
+
+
+async def _refuse_socket(socket: WebSocketRoute) -> None:
+    # Never connected to a server: the page sees its WebSocket closed.
+    await socket.close(code=1008, reason="not served while rendering")

@@ -33,7 +33,6 @@ FLAGS = (
     "--proxy-server=http://127.0.0.1:9",
     "--proxy-bypass-list=<-loopback>",
 )
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -57,6 +56,15 @@ def write_launchers(directory: Path, executable: str) -> tuple[Path, Path]:
         path.chmod(0o700)
         out.append(path)
     return out[0], out[1]
+
+
+def is_script(path: str) -> bool:
+    """True if `path` starts with `#!`: a script, which may run the browser as a child of its own."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"#!"
+    except OSError:
+        return False
 
 
 def children(pid: int) -> list[int]:
@@ -117,21 +125,26 @@ def _ppid(pid: int) -> int | None:
 
 
 def tree_rss(pid: int) -> int:
-    """Resident bytes of `pid` and everything below it."""
+    """Memory of `pid` and everything below it, in bytes: their proportional set size (PSS), so the
+    pages Chromium's processes share (its binary, shared memory) count once, not once per process."""
     total = 0
     for p in (pid, *descendants(pid)):
         with contextlib.suppress(OSError, ValueError, IndexError):
-            total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * PAGE_SIZE
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+                    break
     return total
 
 
 def tree_cpu(pid: int) -> float:
-    """CPU seconds (user and system) spent by `pid` and the processes below it now."""
+    """CPU seconds (user and system) spent by `pid` and the processes below it, those that ended
+    included (a reaped child's time is in its parent's cutime and cstime)."""
     total = 0
     for p in (pid, *descendants(pid)):
         try:
             fields = Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()
-            total += int(fields[11]) + int(fields[12])
+            total += sum(int(f) for f in fields[11:15])
         except (OSError, ValueError, IndexError):
             pass
     return total / TICKS
