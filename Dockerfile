@@ -3,7 +3,7 @@
 # one-shot job, `crawler seed|status|dead ...`, crawler-gateway (port 8900) and crawler-api (port
 # 8000), each started by its deployment's command (deploy/compose.yaml, deploy/k8s/). Targets:
 #   runtime (the default, last stage)  the plain worker, no browser
-#   render                             runtime plus Chromium, for workers that render pages
+#   render                             runtime plus Chromium, for crawler-gateway replicas that render (render_js)
 #   demo-site                          the demo shops, only for deploy/compose.yaml's end-to-end crawl
 # No container engine runs where this file is tested: tests/deploy/test_image.py checks its stages and
 # COPY sources, and runs the same scripts/build-wheel and scripts/install-wheel it runs.
@@ -41,9 +41,10 @@ CMD ["crawler-consume", "--metrics-port", "9410", "--log-format", "json"]
 
 FROM base AS render
 USER root
-# Debian's Chromium, only in this target, so plain workers stay small.
+# Debian's headless Chromium (crawler-gateway's render.executable), only in this target, so plain
+# workers stay small.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends chromium fonts-liberation \
+    && apt-get install -y --no-install-recommends chromium-headless-shell fonts-liberation \
     && rm -rf /var/lib/apt/lists/*
 USER 10001:10001
 

@@ -132,6 +132,11 @@ def _check_hook(ref: str) -> str:
 Hook = Annotated[str, AfterValidator(_check_hook)]
 
 
+def _check_css(value: str) -> str:
+    css_to_xpath(value)
+    return value
+
+
 def _check_pattern(value: str) -> str:
     try:
         re.compile(value)
@@ -173,6 +178,9 @@ class FetchSpec(_Strict):
     premium: bool = False  # premium (residential) exits: dearer
     session: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None  # sticky exit id
     render_js: bool = False  # a browser renders the page: dearer still
+    # When a rendered page counts as done: the browser's load state, then the selector if set.
+    wait_until: Literal["load", "domcontentloaded", "networkidle"] = "load"
+    wait_for: Annotated[str, AfterValidator(_check_css)] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -182,7 +190,12 @@ class FetchSpec(_Strict):
     @model_validator(mode="after")
     def _api_options(self) -> FetchSpec:
         if self.via == "direct" and (self.country or self.premium or self.session or self.render_js):
-            raise ValueError("country, premium, session and render_js need `via: api`")
+            raise ValueError(
+                "country, premium, session and render_js need `via: api` (a page is rendered by the "
+                "fetch service, crawler-gateway with `render:` in its proxies.yaml, never by a worker)"
+            )
+        if not self.render_js and (self.wait_until != "load" or self.wait_for):
+            raise ValueError("wait_until and wait_for apply to rendered pages only: add `render_js: true`")
         return self
 
 
@@ -235,6 +248,11 @@ class Rules(_Strict):
     def uses_api(self) -> bool:
         """True if any of the domain's pages may go through the fetch service."""
         return self.fetch.via == "api" or any(r.fetch.via == "api" for r in self.fetch_rules)
+
+    @property
+    def renders(self) -> bool:
+        """True if any of the domain's pages is to be rendered by the fetch service's browser."""
+        return self.fetch.render_js or any(r.fetch.render_js for r in self.fetch_rules)
 
 
 class DomainRules(_Strict):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -276,3 +277,24 @@ def test_a_bad_hook_exits_2_naming_the_domain(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "domains.shop.test.parse" in result.stderr and "cannot import" in result.stderr
+
+
+def test_render_options_per_domain_and_per_url_rule() -> None:
+    config = parse_config(
+        "domains:\n"
+        "  a.test:\n"
+        "    fetch: {via: api, render_js: true, wait_until: networkidle, wait_for: '#app li'}\n"
+        "    fetch_rules: [{match: '^/static/', fetch: api}]\n"
+    )
+    rules = config.rules["a.test"]
+    spec = rules.fetch_for("http://a.test/list")
+    assert (spec.render_js, spec.wait_until, spec.wait_for) == (True, "networkidle", "#app li")
+    assert not rules.fetch_for("http://a.test/static/x").render_js and rules.renders
+    for text, message in (
+        ("defaults: {fetch: {render_js: true}}", "render_js need `via: api`"),
+        ("defaults: {fetch: {via: api, wait_for: '#x'}}", "apply to rendered pages only"),
+        ("defaults: {fetch: {via: api, render_js: true, wait_until: idle}}", "defaults.fetch.wait_until"),
+        ("defaults: {fetch: {via: api, render_js: true, wait_for: 'p[['}}", "is not a CSS selector"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            parse_config(text)

@@ -180,6 +180,32 @@ class ApiFetcher:
         """Close the session and its connections."""
         await self._session.close()
 
+    async def check_renders(self, config: CrawlConfig) -> None:
+        """ConfigError if domains.yaml asks for rendered pages and crawler-gateway has no renderer.
+
+        Asked once at start (its /healthz says); a service that does not answer is not held against
+        the crawl here: its pages fail and are retried like any other outage.
+        """
+        rendering = sorted(d for d, r in config.rules.items() if r.renders)
+        if config.defaults.renders:
+            rendering.insert(0, "defaults")
+        if not rendering or self._profile != "envelope":
+            return  # a paid API's render_js is its own business: it answers for it per request
+        health = self._endpoint.url.rstrip("/").removesuffix("/fetch") + "/healthz"
+        try:
+            async with asyncio.timeout(10):
+                async with self._session.get(health, allow_redirects=False) as resp:
+                    answer = json.loads(await resp.read())
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+            log.warning("cannot ask %s whether it renders pages (%s): going on", health, exc)
+            return
+        if not (isinstance(answer, dict) and isinstance(answer.get("render"), dict)):
+            raise ConfigError(
+                f"domains.yaml asks for rendered pages (render_js in {', '.join(rendering)}), but the "
+                f"fetch service at {self._endpoint.url} has no renderer: add a `render:` section to its "
+                'proxies.yaml (README, "Rendering pages"), or drop render_js'
+            )
+
     # -- our envelope (crawler-gateway) -----------------------------------------------------------
 
     async def _envelope(self, url: str, spec: FetchSpec, rules: Rules, html_only: bool) -> Response:
@@ -197,6 +223,10 @@ class ApiFetcher:
             params["country_code"] = spec.country.upper()
         if spec.session:
             params["session"] = spec.session
+        if spec.render_js:
+            params["wait_until"] = spec.wait_until
+            if spec.wait_for:
+                params["wait_for"] = spec.wait_for
         headers = {"X-API-Key": self._endpoint.key, "User-Agent": self._user_agent}
         target = f"{self._endpoint.url}?{urlencode(params)}"
         async with self._session.get(target, headers=headers, allow_redirects=False) as resp:
@@ -312,7 +342,14 @@ def _from_envelope(url: str, answer: dict[str, Any], rules: Rules) -> Response:
         raise TooLarge(f"body exceeds max_body_bytes {rules.max_body_bytes}", status_code=status)
     final = answer.get("final_url")
     return Response(
-        url, final if isinstance(final, str) and final else url, status, headers, body, credits, exit_id
+        url,
+        final if isinstance(final, str) and final else url,
+        status,
+        headers,
+        body,
+        credits,
+        exit_id,
+        answer.get("rendered") is True,
     )
 
 

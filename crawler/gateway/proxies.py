@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from crawler.errors import ConfigError
+from crawler.gateway.render.options import RenderConfig
 
 Ident = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
@@ -129,6 +130,9 @@ class ProxiesConfig(_Strict):
     allow_private_networks: bool = False
     allow_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     user_agent: str = Field("crawler-gateway/0.1", min_length=1)
+    # Present: render_js=true requests are rendered in Chromium (crawler/gateway/render/). Read at
+    # start; an edit of it takes effect when the gateway restarts.
+    render: RenderConfig | None = None
 
     @field_validator("allow_networks", mode="before")
     @classmethod

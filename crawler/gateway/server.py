@@ -42,6 +42,7 @@ from crawler.fetch.fetcher import HTML_TYPES, REDIRECTS, read_body
 from crawler.gateway.ledger import Ledger, find_key
 from crawler.gateway.pool import Pool
 from crawler.gateway.proxies import ApiKey, Exit, ProxiesConfig, load_proxies
+from crawler.gateway.render import Document, RenderAsk, Rendered, Renderer, RenderFailed, render_options
 from crawler.names import Names
 
 log = logging.getLogger("crawler.gateway")
@@ -197,6 +198,8 @@ class Gateway:
             connector=aiohttp.TCPConnector(limit=0, use_dns_cache=False),
         )
         self._tasks: list[asyncio.Task[None]] = []
+        render = loaded.config.render
+        self.renderer = Renderer(render, self.metrics.registry, loaded.config.user_agent) if render else None
 
     def _apply(self, config: ProxiesConfig) -> None:
         self.config = config
@@ -218,6 +221,8 @@ class Gateway:
         return app
 
     async def _start(self, _: web.Application) -> None:
+        if self.renderer is not None:
+            await self.renderer.start()
         self._tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._probe())]
 
     async def _stop(self, _: web.Application) -> None:
@@ -225,6 +230,8 @@ class Gateway:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._session.close()
+        if self.renderer is not None:
+            await self.renderer.close()
 
     # -- the envelope ----------------------------------------------------------------------------
 
@@ -243,8 +250,16 @@ class Gateway:
             ask = _ask(request.query)
         except ValueError as exc:
             return _error(400, str(exc))
+        how: RenderAsk | None = None
         if ask.render_js:
-            return _error(400, "render_js=true is not served by this gateway (no browser)")
+            if self.renderer is None:
+                return _error(
+                    400, "render_js=true: this gateway has no renderer (add `render:` to its proxies.yaml)"
+                )
+            try:
+                how = render_options(request.query)
+            except ValueError as exc:
+                return _error(400, str(exc))
         price = self.config.prices.price(ask.render_js, ask.premium)
         if not await self.ledger.affordable(key, price):
             return _error(402, f"budget of key {key.id} is spent ({key.budget:g} credits)")
@@ -256,11 +271,13 @@ class Gateway:
         if not await self.ledger.admit(key, rid, ask.timeout + 30):
             return _error(429, f"key {key.id} is at its concurrency limit ({key.max_concurrency})")
         try:
-            return await self._through_exits(ask, key, exits, price)
+            return await self._through_exits(ask, key, exits, price, how)
         finally:
             await self.ledger.done(key, rid)
 
-    async def _through_exits(self, ask: Ask, key: ApiKey, exits: list[Exit], price: float) -> web.Response:
+    async def _through_exits(
+        self, ask: Ask, key: ApiKey, exits: list[Exit], price: float, how: RenderAsk | None = None
+    ) -> web.Response:
         started = time.monotonic()
         deadline = started + ask.timeout
         try:
@@ -310,14 +327,41 @@ class Gateway:
                 continue
             self.metrics.requests.labels(exit.id, "answered").inc()
             await self.pool.answered(exit, domain)
+            final_url = None
+            media = next((v for k, v in headers if k.lower() == "content-type"), "text/html")
+            if (
+                how is not None
+                and status == 200
+                and body
+                and media.split(";")[0].strip().lower() in HTML_TYPES
+            ):
+                try:
+                    rendered = await self._render(ask, how, exit, headers, body, deadline)
+                except RenderFailed as exc:
+                    return self._target_error(exc.kind, str(exc), started)
+                body, final_url = rendered.html.encode("utf-8"), rendered.final_url
             await self.ledger.charge(key, price)
             self.metrics.credits.labels(key.id).inc(price)
-            return self._envelope(ask, status, headers, body, price, exit, started)
+            return self._envelope(ask, status, headers, body, price, exit, started, final_url)
         if time.monotonic() >= deadline and not banned:
             return self._target_error("timeout", f"no answer within {ask.timeout:g}s ({last_error})", started)
         response = _error(503, f"{last_error}; tried {self.config.max_attempts} exit(s), not charged")
         response.headers["Retry-After"] = "1"
         return response
+
+    async def _render(
+        self,
+        ask: Ask,
+        how: RenderAsk,
+        exit: Exit,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        deadline: float,
+    ) -> Rendered:
+        """The page's DOM after its scripts ran (crawler/gateway/render/), through the same exit."""
+        assert self.renderer is not None
+        document = Document(ask.url, 200, headers, body, self._proxies[exit.id])
+        return await self.renderer.render(document, how, ask.session, self._guard, deadline)
 
     async def _reserve(
         self, exits: list[Exit], domain: str, ask: Ask, deadline: float
@@ -416,6 +460,7 @@ class Gateway:
         credits: float,
         exit: Exit,
         started: float,
+        final_url: str | None = None,
     ) -> web.Response:
         try:
             text, encoding = body.decode("utf-8"), "text"
@@ -427,10 +472,11 @@ class Gateway:
                 "headers": headers,
                 "body": text,
                 "body_encoding": encoding,
-                "final_url": ask.url,
+                "final_url": final_url or ask.url,
                 "credits_used": credits,
                 "duration_ms": round((time.monotonic() - started) * 1000, 1),
                 "exit": exit.id,
+                "rendered": final_url is not None,
             }
         )
 
@@ -467,6 +513,7 @@ class Gateway:
             "ok": alive > 0,
             "exits": len(self.config.exits),
             "dead": [e.id for e in dead],
+            "render": self.renderer.pool.health() if self.renderer is not None else None,
         }
         return web.json_response(body, status=200 if alive else 503)
 

@@ -17,6 +17,7 @@ from alembic.config import Config
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     Integer,
@@ -25,6 +26,7 @@ from sqlalchemy import (
     Text,
     create_engine,
     event,
+    false,
     func,
     select,
 )
@@ -67,6 +69,7 @@ class PageRecord:
     credits: float = 0.0  # what the fetch service charged for the last attempt (direct: 0)
     exit_id: str | None = None  # the fetch service's exit that carried it, by id (never its URL)
     crawl: str | None = None  # the crawl that stored it; None: the default crawl
+    rendered: bool = False  # a browser ran the page's scripts and the parser read the rendered DOM
 
     def __post_init__(self) -> None:
         # SQLite drops the offset when storing, so a naive or non-UTC time would be stored wrong.
@@ -109,6 +112,7 @@ class Page(Base):
     exit_id: Mapped[str | None] = mapped_column(String(EXIT_ID_LENGTH))
     # The crawl that stored this row: one row per URL, the latest crawl's (docs/api.md).
     crawl_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    rendered: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
 
 def engine_url(database_url: str) -> URL:
@@ -213,6 +217,7 @@ def _record_row(record: PageRecord) -> dict[str, Any]:
         "credits": record.credits,
         "exit_id": _text(record.exit_id, EXIT_ID_LENGTH),
         "crawl_id": record.crawl,
+        "rendered": record.rendered,
     }
 
 

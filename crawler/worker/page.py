@@ -139,7 +139,9 @@ class Visitor:
                 fetched,
             )
         fetched = Fetched(time.monotonic() - started, len(response.body))
-        record = replace(record, credits=response.credits, exit_id=response.exit_id)
+        record = replace(
+            record, credits=response.credits, exit_id=response.exit_id, rendered=response.rendered
+        )
         if response.status_code in PUSHBACK:
             pause = parse_retry_after(response.headers.get("retry-after")) or 0.0
             allowance = budget(self._rules_of(domain), crawl_delay)

@@ -242,6 +242,8 @@ async def consume(
         stack.callback(sink.close)
         fetcher, backend = make_fetchers(config, settings)
         stack.push_async_callback(fetcher.aclose)
+        if isinstance(fetcher, RoutingFetcher) and fetcher.api is not None:
+            await fetcher.api.check_renders(config)
 
         async def connect() -> AbstractRobustConnection:
             # More domains than one connection's channels: another connection, closed with the rest.

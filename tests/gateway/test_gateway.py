@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 from redis.asyncio import Redis
 
+from crawler.gateway.render.metrics import RenderMetrics
 from crawler.gateway.server import Gateway, GatewayMetrics
 from crawler.names import Names
 from tests.support.exits import BanningSite, ForwardProxy, write_proxies
@@ -212,9 +213,9 @@ def test_every_gateway_metric_is_documented() -> None:
     doc = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
     section = doc.split("## The gateway's metrics", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"^\| `(crawler_gateway_\w+)`", section, re.M))
-    families = {
-        f.name + ("_total" if f.type == "counter" else "") for f in GatewayMetrics().registry.collect()
-    }
+    registry = GatewayMetrics().registry
+    RenderMetrics(registry)  # a gateway with `render:` adds the renderer's to its registry
+    families = {f.name + ("_total" if f.type == "counter" else "") for f in registry.collect()}
     assert listed == families
     assert "/healthz" in section
 
