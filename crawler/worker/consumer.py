@@ -25,6 +25,7 @@ from crawler.frontier.router import Router
 from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import PAUSE_POLL, Names
 from crawler.sink.groupcommit import GroupCommit
+from crawler.worker.admission import Admission
 from crawler.worker.cost import Cost
 from crawler.worker.drain import Drain
 from crawler.worker.live import LiveConfig
@@ -32,6 +33,7 @@ from crawler.worker.page import Visitor
 from crawler.worker.parking import Parking
 from crawler.worker.pipeline import Pipeline
 from crawler.worker.reload import ConfigWatcher
+from crawler.worker.settling import Settling
 from crawler.worker.signals import drain_on_signals
 from crawler.worker.subscriptions import Subscriptions
 from crawler.worker.tuning import DEFAULT_TUNING, Tuning
@@ -52,6 +54,7 @@ class Parts:
     cost: Cost
     writes: GroupCommit
     crawls: CrawlState | None = None  # cancelled crawls and paused domains; None: neither (tests)
+    admission: Admission | None = None  # a page's checks in one round trip; None: one by one
 
 
 class Consumer:
@@ -93,6 +96,7 @@ class Consumer:
         )
         self.watcher = ConfigWatcher(config_path, self.apply, tuning.config_poll) if config_path else None
         self._pipeline: Pipeline | None = None  # made in run(): it needs the publishing channel
+        self._settling = Settling(parts.seen, parts.crawls)
         self._publisher: AbstractRobustChannel | None = None
         self._inflight = 0
         self._idle = asyncio.Event()
@@ -141,7 +145,9 @@ class Consumer:
                 Parking(retry, dead, self.label),
                 self.metrics,
                 short_retry_wait=self.tuning.short_retry_wait,
+                settling=self._settling,
                 crawls=parts.crawls,
+                admission=parts.admission,
             )
             reload = self.watcher.wake.set if self.watcher else lambda: None
             with drain_on_signals(self.stop, reload, self.grace):
@@ -179,6 +185,7 @@ class Consumer:
 
     async def _on_message(self, domain: str, message: AbstractIncomingMessage) -> None:
         assert self._pipeline is not None
+        self._settling.delivered(message)
         self._inflight += 1
         self._idle.clear()
         self.metrics.message_started(domain)
@@ -187,6 +194,7 @@ class Consumer:
         except BackendHalt as exc:
             await self._halt(domain, message, exc)
         finally:
+            await self._settling.finished(message)
             self.metrics.message_done(domain)
             self._inflight -= 1
             if self._inflight == 0:
