@@ -68,9 +68,21 @@ def pids_named(names: Sequence[str]) -> list[int]:
     return out
 
 
+def _private(pid: int) -> bool:
+    """Whether a process is a private instance of a service (another developer's broker started
+    with its home or data under /tmp), not the shared one."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(arg.startswith(b"/tmp/") for arg in argv)
+
+
 def service_cpu() -> dict[str, float]:
-    """CPU seconds used so far by each shared service (all of its processes)."""
-    return {kind: total_cpu(pids_named(names)) for kind, names in SERVICES.items()}
+    """CPU seconds used so far by each shared service (all of its processes, private ones left out)."""
+    return {
+        kind: total_cpu(p for p in pids_named(names) if not _private(p)) for kind, names in SERVICES.items()
+    }
 
 
 def thread_cpu(pid: int) -> dict[int, float]:
