@@ -53,11 +53,11 @@ def _has(stack: Stack, file_part: str, func: str | None = None) -> bool:
 
 
 def _amqp(stack: Stack) -> str:
-    if _has(stack, "crawler/publisher.py"):
+    if _has(stack, "crawler/frontier/publisher.py"):
         return "AMQP publish + confirm (router)"
     if _has(stack, "aio_pika/message.py", "ack"):
         return "AMQP ack"
-    if _has(stack, "crawler/consumer.py"):
+    if _has(stack, "crawler/worker/"):
         return "AMQP other calls from the consumer"
     return "AMQP receive, frames, deliveries (aiormq)"
 
@@ -73,22 +73,28 @@ def _extract(frame: Frame) -> str:
 FETCH = "fetch (aiohttp or httpx, the address guard, decoding)"
 REDIS = "Redis calls (dedup claim and confirm, rate token, quota)"
 
+SINK = "SQL sink (upsert, commit)"
+CONSUMER = "consumer's own code (message, decode, pipeline)"
+
 _RULES: tuple[tuple[str, str], ...] = (
-    ("crawler/extract.py", "extract"),
-    ("crawler/urls.py", "canonicalise + fingerprint (crawler.urls, w3lib)"),
+    ("crawler/parse/", "extract"),
+    ("crawler/frontier/urls.py", "canonicalise + fingerprint (crawler.urls, w3lib)"),
     ("w3lib/", "canonicalise + fingerprint (crawler.urls, w3lib)"),
-    ("crawler/dedup.py", REDIS),
-    ("crawler/quota.py", REDIS),
-    ("crawler/ratelimit.py", REDIS),
+    ("crawler/dedup/", REDIS),
+    ("crawler/frontier/quota.py", REDIS),
+    ("crawler/frontier/crawls.py", REDIS),
+    ("crawler/fetch/ratelimit.py", REDIS),
+    ("crawler/worker/admission.py", REDIS),
     ("/redis/", REDIS),
-    ("sqlalchemy/", "SQLite sink (upsert, commit)"),
-    ("sqlite3/", "SQLite sink (upsert, commit)"),
-    ("crawler/sink.py", "SQLite sink (upsert, commit)"),
+    ("sqlalchemy/", SINK),
+    ("sqlite3/", SINK),
+    ("psycopg/", SINK),
+    ("crawler/sink/", SINK),
     ("concurrent/futures/", "to_thread hand-off (thread pool submit, worker wake-up)"),
     ("aio_pika/", "amqp"),
     ("aiormq/", "amqp"),
     ("pamqp/", "amqp"),
-    ("crawler/publisher.py", "amqp"),
+    ("crawler/frontier/publisher.py", "amqp"),
     ("aiohttp/", FETCH),
     ("multidict/", FETCH),
     ("yarl/", FETCH),
@@ -96,15 +102,14 @@ _RULES: tuple[tuple[str, str], ...] = (
     ("httpcore/", FETCH),
     ("h11/", FETCH),
     ("anyio/", FETCH),
-    ("crawler/aiofetch.py", FETCH),
-    ("crawler/fetch.py", FETCH),
-    ("crawler/connect.py", FETCH),
-    ("crawler/decoding.py", FETCH),
+    ("crawler/fetch/", FETCH),
     ("tenacity/", "tenacity (retry wrappers)"),
     ("logging/", "logging"),
-    ("crawler/router.py", "router's own code"),
-    ("crawler/message.py", "consumer's own code (message, decode)"),
-    ("crawler/consumer.py", "consumer's own code (message, decode)"),
+    ("crawler/frontier/router.py", "router's own code"),
+    ("crawler/frontier/", CONSUMER),
+    ("crawler/monitor/", "metrics (prometheus_client, counts)"),
+    ("prometheus_client/", "metrics (prometheus_client, counts)"),
+    ("crawler/worker/", CONSUMER),
 )
 
 

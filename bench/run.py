@@ -1,6 +1,6 @@
 """One command for the end-to-end bench: Scrapy, scrapy-redis and the crawler on the same site, in turn.
 
-python -m bench.run [--pages N] [--only scrapy,scrapy-redis,crawler] [--profile]
+python -m bench.run [--pages N] [--only scrapy,scrapy-redis,crawler] [--sink sqlite,postgresql] [--profile]
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 from bench import nginx
 from bench.procs import service_cpu
 from bench.profile import parse, summary
 from bench.site import DEFAULT_PAGES, SiteSpec, write
-from bench.tools import NGINX, TOOL, Bench, Result, run_crawler, run_scrapy, run_scrapy_redis
+from bench.tools import NGINX, SINKS, TOOL, Bench, Result, run_crawler, run_scrapy, run_scrapy_redis
 
 TOOLS = ("scrapy", "scrapy-redis", "crawler")
 KINDS = (TOOL, "rabbitmq", "redis", "postgres", NGINX)
@@ -95,6 +96,20 @@ def _tools(value: str) -> list[str]:
     return chosen
 
 
+def _crawler(processes: int, sink: str, bench: Bench) -> Result:
+    return run_crawler(bench, processes, sink)
+
+
+def _sinks(value: str) -> list[str]:
+    chosen = [t.strip() for t in value.split(",") if t.strip()]
+    unknown = [t for t in chosen if t not in SINKS]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(
+            f"unknown sink(s) {', '.join(unknown)}; choose from {', '.join(SINKS)}"
+        )
+    return chosen
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Generate the site, serve it, run each tool in turn and print the table."""
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
@@ -105,6 +120,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--only", type=_tools, default=list(TOOLS), help="comma-separated: " + ",".join(TOOLS)
     )
     parser.add_argument("--processes", type=int, default=2, help="crawler-consume processes (default 2)")
+    parser.add_argument(
+        "--sink",
+        type=_sinks,
+        default=["sqlite"],
+        help="the crawler's database, comma-separated for a row each: sqlite (a file), postgresql "
+        "(a fresh database on BENCH_PG_SERVER, default postgresql://postgres@localhost:5432)",
+    )
     parser.add_argument(
         "--work", type=Path, default=Path("/tmp/crawler-bench"), help="site, logs and databases"
     )
@@ -134,7 +156,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         runs.append(("scrapy-redis x1", lambda b: run_scrapy_redis(b, 1)))
         runs.append(("scrapy-redis x2", lambda b: run_scrapy_redis(b, 2)))
     if "crawler" in args.only:
-        runs.append((f"crawler x{args.processes}", lambda b: run_crawler(b, args.processes)))
+        for sink in args.sink:
+            runs.append((f"crawler x{args.processes} ({sink})", partial(_crawler, args.processes, sink)))
     results = []
     with nginx.serve(spec, site, run_dir / "nginx", redirects=args.redirects) as server:
         print(background(), flush=True)

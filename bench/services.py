@@ -9,11 +9,14 @@ from contextlib import contextmanager
 from urllib.parse import quote
 
 import httpx
+import psycopg
 import redis
+from psycopg import sql
 
 AMQP_HOST = os.environ.get("BENCH_AMQP_HOST", "localhost")
 MANAGEMENT = f"http://{AMQP_HOST}:15672"
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://localhost:6379/0")
+PG_SERVER = os.environ.get("BENCH_PG_SERVER", "postgresql://postgres@localhost:5432")
 AUTH = ("guest", "guest")
 
 
@@ -56,3 +59,16 @@ def key_prefix(kind: str) -> Iterator[str]:
         yield prefix
     finally:
         delete_keys(prefix)
+
+
+@contextmanager
+def database() -> Iterator[str]:
+    """A fresh PostgreSQL database; yields its URL, drops it after."""
+    name = unique("crawler_bench_")
+    with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield f"{PG_SERVER}/{name}"
+    finally:
+        with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))

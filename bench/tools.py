@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psycopg
 import redis
 import yaml
 
@@ -299,13 +300,45 @@ def _crawler_pages(result: Result, db: Path, started_at: float) -> None:
         result.notes.append(f"{(ok or 0) - (priced or 0)} pages without a price")
 
 
-def crawler_env(stack: ExitStack, config: Path, db: Path, label: str) -> dict[str, str]:
-    """The environment for crawler commands: a fresh vhost, key prefix and migrated SQLite `db`."""
+def _pg_progress(url: str) -> Progress:
+    def count() -> int:
+        try:
+            with psycopg.connect(url, connect_timeout=1) as conn:
+                row = conn.execute("SELECT max(id) FROM pages").fetchone()
+        except psycopg.Error:
+            return 0
+        return int(row[0] or 0) if row else 0
+
+    return count
+
+
+def _pg_pages(result: Result, url: str, started_at: float) -> None:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE error IS NULL AND status_code = 200),"
+            " count(*) FILTER (WHERE data->>'price' IS NOT NULL), max(fetched_at) FROM pages"
+        ).fetchone()
+    assert row is not None
+    total, ok, priced, last = row
+    result.pages = int(ok or 0)
+    if last is not None:
+        result.seconds = last.timestamp() - started_at
+    if total != ok:
+        result.notes.append(f"{total - (ok or 0)} pages failed")
+    if (priced or 0) < (ok or 0):
+        result.notes.append(f"{(ok or 0) - (priced or 0)} pages without a price")
+
+
+def crawler_env(
+    stack: ExitStack, config: Path, db: Path, label: str, database_url: str | None = None
+) -> dict[str, str]:
+    """The environment for crawler commands: a fresh vhost, key prefix and migrated database (the
+    SQLite file `db`, unless `database_url` names another)."""
     db.unlink(missing_ok=True)
     env = _env(
         CRAWLER_AMQP_URL=stack.enter_context(services.vhost()),
         CRAWLER_REDIS_URL=services.REDIS_URL,
-        CRAWLER_DATABASE_URL=f"sqlite:///{db}",
+        CRAWLER_DATABASE_URL=database_url or f"sqlite:///{db}",
         CRAWLER_CONFIG=str(config),
         CRAWLER_PREFIX=stack.enter_context(services.key_prefix(label)),
     )
@@ -316,27 +349,36 @@ def crawler_env(stack: ExitStack, config: Path, db: Path, label: str) -> dict[st
     return env
 
 
-def run_crawler(bench: Bench, processes: int) -> Result:
-    """`crawler seed` the index pages, then `processes` x `crawler-consume --burst`."""
-    out = bench.work / f"crawler-{processes}"
+SINKS = ("sqlite", "postgresql")
+
+
+def run_crawler(bench: Bench, processes: int, sink: str = "sqlite") -> Result:
+    """`crawler seed` the index pages, then `processes` x `crawler-consume --burst`, storing into
+    `sink`: a SQLite file, or a fresh PostgreSQL database on the shared server."""
+    suffix = "" if sink == "sqlite" else "-pg"
+    out = bench.work / f"crawler-{processes}{suffix}"
     out.mkdir(parents=True, exist_ok=True)
-    result = Result("crawler", processes, bench.spec.total)
+    result = Result(f"crawler{suffix}", processes, bench.spec.total)
     db = out / "crawl.db"
     config = out / "domains.yaml"
     config.write_text(yaml.safe_dump(crawler_config(bench.spec)))
     with ExitStack() as stack:
-        env = crawler_env(stack, config, db, "crawlerbench")
+        pg = stack.enter_context(services.database()) if sink == "postgresql" else None
+        env = crawler_env(stack, config, db, "crawlerbench", pg)
         children = stack.enter_context(_measured(bench, result))
         started, started_at = time.monotonic(), time.time()
         consumers = seed_and_consume(bench, result, stack, children, env, out, processes)
         if bench.profile:
             result.profiles.append(stack.enter_context(_profiled(consumers[0], out)))
-        _watch(bench, result, started, consumers, _db_progress(db))
+        _watch(bench, result, started, consumers, _pg_progress(pg) if pg else _db_progress(db))
         result.exit_seconds = time.monotonic() - started
-        routed = _seen_count(Names(env["CRAWLER_PREFIX"]).seen_key)
+        routed = _seen_count(Names(env["CRAWLER_PREFIX"], _crawl_id(out / "seed.log")).seen_key)
         if routed != bench.spec.total:
             result.notes.append(f"{routed} URLs routed, expected {bench.spec.total}")
-    _crawler_pages(result, db, started_at)
+        if pg:
+            _pg_pages(result, pg, started_at)
+    if not pg:
+        _crawler_pages(result, db, started_at)
     _memory(result, consumers)
     result.threads = [c.thread_split() for c in consumers]
     return result
@@ -363,6 +405,12 @@ def seed_and_consume(
         consumers.append(Child.start(f"consume {i}", [*_script("crawler-consume"), "--burst"], env, log))
     children.extend(consumers)
     return consumers
+
+
+def _crawl_id(seed_log: Path) -> str | None:
+    """The crawl id `crawler seed` printed last (its dedup store is the crawl's own)."""
+    lines = seed_log.read_text().split() if seed_log.exists() else []
+    return lines[-1] if lines else None
 
 
 def _seen_count(key: str) -> int:

@@ -86,10 +86,12 @@ def test_about_forty_links_per_page() -> None:
 
 
 PROFILE = """\
-process 1:"python";_run_once (asyncio/base_events.py:1922);_process (crawler/consumer.py:150);\
-_extract (crawler/consumer.py:222);extract (crawler/extract.py:80);_parse (crawler/extract.py:120) 30
-_run_once (asyncio/base_events.py:1922);_route (crawler/consumer.py:230);route (crawler/router.py:95);\
-publish (crawler/publisher.py:80);put (asyncio/queues.py:140) 20
+process 1:"python";_run_once (asyncio/base_events.py:1922);_process (crawler/worker/pipeline.py:150);\
+visit (crawler/worker/page.py:222);\
+extract (crawler/parse/extract.py:80);_parse (crawler/parse/extract.py:120) 30
+_run_once (asyncio/base_events.py:1922);_route (crawler/worker/pipeline.py:230);\
+route (crawler/frontier/router.py:95);publish (crawler/frontier/publisher.py:80);\
+put (asyncio/queues.py:140) 20
 _run_once (asyncio/base_events.py:1922);select (selectors.py:468) 40
 _run_once (asyncio/base_events.py:1922);setup (httpcore/_synchronization.py:60);\
 current_async_library (httpcore/_synchronization.py:26);_find_and_load (<frozen importlib._bootstrap>:1) 6

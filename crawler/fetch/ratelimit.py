@@ -44,7 +44,9 @@ local ts = tonumber(s[2]) or now
 tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
 """
 
-_TAKE = (
+# KEYS[1] the bucket; ARGV rate, burst, recovery, HORIZON. Returns {grant, wait}. Public: a page's
+# admission (crawler/worker/admission.py) runs it after its own checks, in the same round trip.
+TAKE = (
     _STATE
     + """
 local horizon = tonumber(ARGV[4])
@@ -81,6 +83,10 @@ return tostring(factor)
 )
 
 
+Taken = tuple[int, float]
+"""What one ask of a bucket answered: granted (1) or not (0), and the seconds to wait."""
+
+
 @dataclass(frozen=True, slots=True)
 class Budget:
     """A domain's allowance: `rate` requests per second, `burst` at once, back-off recovery time."""
@@ -95,22 +101,29 @@ class RateLimiter:
 
     def __init__(self, redis: Redis, names: Names) -> None:
         self._names = names
-        self._take = redis.register_script(_TAKE)
+        self._take = redis.register_script(TAKE)
         self._slow_down = redis.register_script(_SLOW_DOWN)
 
     def _args(self, budget: Budget) -> list[float]:
         return [budget.rate, budget.burst, budget.recovery]
 
-    async def acquire(self, domain: str, budget: Callable[[], Budget]) -> float:
+    def take_args(self, domain: str, budget: Budget) -> tuple[list[str], list[float]]:
+        """The keys and arguments of one TAKE for `domain`, for a script that runs it inline."""
+        return [self._names.bucket_key(domain)], [*self._args(budget), HORIZON]
+
+    async def acquire(self, domain: str, budget: Callable[[], Budget], taken: Taken | None = None) -> float:
         """Wait until this worker may send one request to `domain`; return the seconds waited.
 
         `budget` is asked again each time round, so an edited rate reaches requests already waiting.
+        `taken` is the answer of a TAKE already run for this request (by its admission), used first.
         """
         waited = 0.0
         while True:
-            grant, wait = await self._take(
-                keys=[self._names.bucket_key(domain)], args=[*self._args(budget()), HORIZON]
-            )
+            if taken is None:
+                keys, args = self.take_args(domain, budget())
+                grant, wait = await self._take(keys=keys, args=args)
+            else:
+                (grant, wait), taken = taken, None
             seconds = max(0.0, float(wait))
             if seconds:
                 await asyncio.sleep(seconds)

@@ -65,7 +65,16 @@ class Robots:
 
     async def check(self, url: str, rules: Rules, hop: Hop) -> Verdict:
         """The verdict for `url`; `hop` clears each request for robots.txt (they are requests too)."""
-        policy = await self._policy(origin_of(url), rules, hop)
+        return self._verdict(url, await self._policy(origin_of(url), rules, hop))
+
+    def cached(self, url: str) -> Verdict | None:
+        """The verdict `check` would give from this worker's own copy, without I/O; None if it has none."""
+        cached = self._local.get(origin_of(url))
+        if cached is None or cached[0] <= time.monotonic():
+            return None
+        return self._verdict(url, cached[1])
+
+    def _verdict(self, url: str, policy: _Policy) -> Verdict:
         if policy.unavailable is not None:
             return Verdict(False, unavailable=policy.unavailable)
         if policy.parser is None:

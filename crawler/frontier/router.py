@@ -51,6 +51,7 @@ class Routed:
     over_quota: int = 0
     invalid: int = 0
     by_domain: Counter[str] = field(default_factory=Counter)  # published, per configured domain
+    unconfirmed: list[bytes] = field(default_factory=list)  # published, left to the caller to confirm
 
     def dropped(self) -> dict[str, int]:
         """The URLs not routed, by reason (the label of crawler_links_dropped_total)."""
@@ -114,6 +115,7 @@ class Router:
         crawl: str | None = None,
         domains: Collection[str] | None = None,
         max_depth: int | None = None,
+        confirm: bool = True,
     ) -> Routed:
         """Publish the unseen, in-scope URLs at `depth`; every publish is confirmed before returning.
 
@@ -121,7 +123,8 @@ class Router:
         it may publish again what it had claimed but never got confirmed. `via` is the redirect chain
         that led to them (a redirect target is routed like a link). They belong to crawl `crawl`
         (None: the default crawl), whose own dedup store they are claimed in; that crawl's options
-        narrow the domains (`domains`) and lower `max_depth`.
+        narrow the domains (`domains`) and lower `max_depth`. With `confirm` off, the published URLs'
+        claims are left pending for the caller to confirm (`Routed.unconfirmed`), e.g. with others'.
         """
         result = Routed()
         candidates: dict[bytes, _Candidate] = {}
@@ -176,7 +179,10 @@ class Router:
             outcomes = [exc] * len(todo)
         failed = [c for c, o in zip(todo, outcomes, strict=True) if o is not None]
         done = [c for c, o in zip(todo, outcomes, strict=True) if o is None]
-        await seen.confirm([c.fingerprint for c in done])
+        if confirm:
+            await seen.confirm([c.fingerprint for c in done])
+        else:
+            result.unconfirmed = [c.fingerprint for c in done]
         result.published = [c.url for c in done]
         result.by_domain.update(c.domain for c in done if c.domain)
         if failed:

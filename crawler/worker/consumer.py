@@ -26,6 +26,7 @@ from crawler.frontier.router import Router
 from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import CLOSE_WAIT, PAUSE_POLL, Names
 from crawler.sink.groupcommit import GroupCommit
+from crawler.worker.admission import Admission
 from crawler.worker.cost import Cost
 from crawler.worker.drain import Drain
 from crawler.worker.live import LiveConfig
@@ -33,6 +34,7 @@ from crawler.worker.page import Visitor
 from crawler.worker.parking import Parking
 from crawler.worker.pipeline import Pipeline, lost
 from crawler.worker.reload import ConfigWatcher
+from crawler.worker.settling import Settling
 from crawler.worker.signals import drain_on_signals
 from crawler.worker.subscriptions import Subscriptions
 from crawler.worker.tuning import DEFAULT_TUNING, Tuning
@@ -54,6 +56,7 @@ class Parts:
     writes: GroupCommit
     crawls: CrawlState | None = None  # cancelled crawls and paused domains; None: neither (tests)
     recovery: Recovery | None = None  # pages queued twice after Redis was lost; None: not checked
+    admission: Admission | None = None  # a page's checks in one round trip; None: one by one
 
 
 class Consumer:
@@ -95,6 +98,7 @@ class Consumer:
         )
         self.watcher = ConfigWatcher(config_path, self.apply, tuning.config_poll) if config_path else None
         self._pipeline: Pipeline | None = None  # made in run(): it needs the publishing channel
+        self._settling = Settling(parts.seen, parts.crawls)
         self._publisher: AbstractRobustChannel | None = None
         self._inflight = 0
         self._idle = asyncio.Event()
@@ -143,8 +147,10 @@ class Consumer:
                 Parking(retry, dead, self.label),
                 self.metrics,
                 short_retry_wait=self.tuning.short_retry_wait,
+                settling=self._settling,
                 crawls=parts.crawls,
                 recovery=parts.recovery,
+                admission=parts.admission,
             )
             reload = self.watcher.wake.set if self.watcher else lambda: None
             with drain_on_signals(self.stop, reload, self.grace):
@@ -193,6 +199,7 @@ class Consumer:
 
     async def _on_message(self, domain: str, message: AbstractIncomingMessage) -> None:
         assert self._pipeline is not None
+        self._settling.delivered(message)
         self._inflight += 1
         self._idle.clear()
         self.metrics.message_started(domain)
@@ -206,6 +213,7 @@ class Consumer:
                 self._pipeline.abandon(domain, message, ", which stopped the work on it")
             raise
         finally:
+            await self._settling.finished(message)
             self.metrics.message_done(domain)
             self._inflight -= 1
             if self._inflight == 0:

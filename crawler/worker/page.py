@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, Cancelled, FetchError, HookFailed, Refused, TooManyRedirects
 from crawler.fetch.fetcher import Fetcher, Response
-from crawler.fetch.ratelimit import Budget, RateLimiter
+from crawler.fetch.ratelimit import Budget, RateLimiter, Taken
 from crawler.fetch.robots import Robots
 from crawler.frontier.retry import Failure, from_error, from_status, parse_retry_after
 from crawler.frontier.scope import Scope
@@ -53,6 +53,15 @@ class Outcome:
     extraction_failures: tuple[str, ...] = ()  # required fields missing, or PARSE_HOOK if its hook failed
 
 
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A page its admission (crawler/worker/admission.py) let through: robots.txt's verdict was read
+    from this worker's copy, and its rate token asked for in the same round trip."""
+
+    taken: Taken
+    crawl_delay: float | None = None
+
+
 PARSE_HOOK = "(parse hook)"  # the `field` label of a failed parse hook in crawler_extraction_failures_total
 
 
@@ -87,6 +96,16 @@ class Visitor:
         self._scope = scope
         self._max_retry_after = max_retry_after
 
+    @property
+    def limiter(self) -> RateLimiter:
+        """The fleet-wide rate limiter the visits take their tokens from."""
+        return self._limiter
+
+    @property
+    def robots(self) -> Robots:
+        """robots.txt as the visits read it."""
+        return self._robots
+
     async def visit(
         self,
         record: PageRecord,
@@ -95,6 +114,7 @@ class Visitor:
         via: Sequence[str] = (),
         cancelled: Callable[[], Awaitable[bool]] | None = None,
         start_by: float | None = None,
+        admitted: Admitted | None = None,
     ) -> Outcome:
         """Visit `record.url` under the domain's `rules`; never raises for what the site does.
 
@@ -104,11 +124,14 @@ class Visitor:
 
         `via` is the redirect chain that led here (`hop_id`s), for max_redirects and loops. A fetch
         that would start after `start_by` (monotonic) is not started: the outcome is `late`.
+        `admitted`: robots.txt and the first ask for a token were done by the page's admission.
         """
         domain, url = record.domain, record.url
         crawl_delay = None
         waited = 0.0
-        if rules.obey_robots:
+        if admitted is not None:
+            crawl_delay = admitted.crawl_delay
+        elif rules.obey_robots:
             verdict = await self._robots.check(url, rules, self._hop)
             if verdict.unavailable is not None:
                 return Outcome(
@@ -117,7 +140,11 @@ class Visitor:
             if not verdict.allowed:
                 return Outcome(replace(record, error=DISALLOWED), (), Failure("permanent", DISALLOWED))
             crawl_delay = verdict.crawl_delay
-        waited += await self._limiter.acquire(domain, lambda: budget(self._rules_of(domain), crawl_delay))
+        waited += await self._limiter.acquire(
+            domain,
+            lambda: budget(self._rules_of(domain), crawl_delay),
+            admitted.taken if admitted is not None else None,
+        )
         # The rate wait may have been long: a cancel that answered meanwhile must stop this request.
         if cancelled is not None and await cancelled():
             raise Cancelled(f"{url}: its crawl was cancelled")

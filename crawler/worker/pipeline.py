@@ -1,7 +1,9 @@
 """One delivery, top to bottom: read it, visit its page, then retry it, or store, route and ack.
 
 A message is acked only once its row is committed and its links (or its redirect) are confirmed, so
-a worker killed at any instant loses nothing: the broker delivers the message again.
+a worker killed at any instant loses nothing: the broker delivers the message again. Its checks before
+the fetch take one Redis round trip (admission.py); its dedup confirms, counts and ack are written
+with those of the deliveries ending at the same time (settling.py).
 """
 
 from __future__ import annotations
@@ -22,17 +24,19 @@ from crawler.frontier.message import CrawlMessage
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.recovery import Recovery
 from crawler.frontier.retry import Delay, Failure, next_delay
-from crawler.frontier.router import PublishFailed, Router
+from crawler.frontier.router import PublishFailed, Routed, Router
 from crawler.frontier.urls import fingerprint, host_of
 from crawler.monitor import logs
 from crawler.monitor.metrics import Metrics, OutcomeKind
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.sql import PageRecord
+from crawler.worker.admission import Admission, Checked
 from crawler.worker.concurrency import short_retries
 from crawler.worker.cost import Cost
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import Outcome, Visitor, hop_id
 from crawler.worker.parking import Parking, attempts_of
+from crawler.worker.settling import Counts, Settling
 
 log = logging.getLogger(__name__)
 pages_log = logging.getLogger("crawler.pages")  # one line per page outcome: verbose
@@ -53,8 +57,10 @@ class Pipeline:
         metrics: Metrics,
         *,
         short_retry_wait: float,
+        settling: Settling,
         crawls: CrawlState | None = None,
         recovery: Recovery | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._live = live
         self._visitor = visitor
@@ -67,6 +73,8 @@ class Pipeline:
         self._wait = short_retry_wait
         self._crawls = crawls  # None: crawl ids are carried but not checked nor counted (tests)
         self._recovery = recovery  # None: no check for pages queued twice after Redis was lost
+        self._settling = settling
+        self._admission = admission  # None: the checks before a fetch are asked one by one
 
     async def handle(self, domain: str, message: AbstractIncomingMessage) -> None:
         """Bring one delivery to its outcome and ack it (or leave it to the broker to deliver again)."""
@@ -82,11 +90,7 @@ class Pipeline:
             # Infrastructure trouble (broker, database) after the fetch: wait a tier and try again.
             log.warning("%s: %r; will retry", domain, exc)
             self._metrics.observe_error(domain, "internal")
-            if await self._park_or_return(message, domain, Failure("transient", f"{exc}")):
-                try:
-                    await self._count(_crawl_of(message), message, domain, "retried")
-                except Exception as count_failed:  # Redis is what failed: the message is parked anyway
-                    log.warning("%s: the retry was not counted in its crawl (%r)", domain, count_failed)
+            await self._park_or_return(message, domain, Failure("transient", f"{exc}"))
 
     async def _process(self, domain: str, message: AbstractIncomingMessage, received: float) -> None:
         if lost(message):  # prefetched before the connection dropped: not worth a fetch
@@ -98,32 +102,45 @@ class Pipeline:
             log.warning("%s: invalid message set aside: %s", domain, exc)
             await self._parking.dead(message, domain, attempts, Failure("invalid", str(exc)))
             return await self._done(message, domain, "invalid")
-        if await self._cancelled(crawl.crawl):
-            return await self._done(message, domain, "cancelled")
         options = await self._options(crawl.crawl)
         rules = self._live.rules(domain)
         # A page counts against max_pages once, on its first try (not again when returned unfetched).
         first = attempts == 1 and not message.redelivered
         if first and await self._queued_twice(crawl.crawl, url):
             pages_log.info("%s %s: skipped, queued again after Redis was lost and taken already", domain, url)
-            await self._count(crawl.crawl, message, domain, "skipped")
-            return await self._done(message, domain, "skipped", reason="duplicate")
-        held = await self._held_back(domain, crawl.crawl, options, rules, first)
+            counts = self._changes(crawl.crawl, message, domain, "skipped")
+            return await self._done(
+                message, domain, "skipped", reason="duplicate", crawl=crawl.crawl, counts=counts
+            )
+        checked = await self._admit(url, domain, crawl.crawl, options, rules, first)
+        if checked is None:
+            if await self._cancelled(crawl.crawl):
+                return await self._done(message, domain, "cancelled")
+            held = await self._held_back(domain, crawl.crawl, options, rules, first)
+        elif checked.held == "cancelled":
+            return await self._done(message, domain, "cancelled")
+        else:
+            held = _held(checked, rules, options)
         if held is not None:
             reason, why = held
             pages_log.info("%s %s: skipped, %s", domain, url, why)
-            await self._count(crawl.crawl, message, domain, "skipped")
-            return await self._done(message, domain, "skipped", reason=reason)
+            counts = self._changes(crawl.crawl, message, domain, "skipped")
+            return await self._done(
+                message, domain, "skipped", reason=reason, crawl=crawl.crawl, counts=counts
+            )
         record = PageRecord(url=url, domain=domain, depth=crawl.depth, attempts=attempts, crawl=crawl.crawl)
         start_by = self._live.config.start_by(received, rules)
+        admitted = checked.admitted if checked is not None else None
         try:
             outcome = await self._visitor.visit(
                 record,
                 rules,
                 self._live.fields(domain),
                 crawl.via,
-                lambda: self._cancelled(crawl.crawl),
+                # Granted at once, the token came in the same atomic step as the cancel check.
+                None if checked is not None and checked.cleared_now else lambda: self._cancelled(crawl.crawl),
                 start_by,
+                admitted,
             )
         except Cancelled:
             return await self._done(message, domain, "cancelled")
@@ -146,22 +163,56 @@ class Pipeline:
         if failure is not None and delay is not None:
             await self._parking.retry(message, domain, attempts, delay, failure)
             self._log("retry", outcome, crawl, attempts, delay=round(delay.seconds, 1))
-            await self._count(crawl.crawl, message, domain, "retried")
-            return await self._done(message, domain, "retried")
+            counts = self._changes(crawl.crawl, message, domain, "retried")
+            return await self._done(message, domain, "retried", crawl=crawl.crawl, counts=counts)
         await short_retries(SinkError, lambda: self._writes.store(outcome.record), self._wait)
+        routed: list[Routed] = []
         if outcome.links:
-            await self._route(domain, outcome.links, crawl.depth + 1, url, crawl=crawl, options=options)
+            routed.append(
+                await self._route(domain, outcome.links, crawl.depth + 1, url, crawl=crawl, options=options)
+            )
         if outcome.redirect is not None:
             # Routed like a link at the page's own depth: the target's domain queue, rate, robots.txt
             # and dedup claim apply to it as to any request; a target already seen is not fetched.
             hops = (*crawl.via, hop_id(url))
-            await self._route(domain, [outcome.redirect], crawl.depth, url, hops, crawl, options)
+            routed.append(
+                await self._route(domain, [outcome.redirect], crawl.depth, url, hops, crawl, options)
+            )
         if failure is not None and failure.transient:
             await self._parking.dead(message, domain, attempts, failure)
         kind: OutcomeKind = "ok" if failure is None else "dead" if failure.transient else "failed"
         self._log(kind, outcome, crawl, attempts, links=len(outcome.links))
-        await self._count(crawl.crawl, message, domain, kind)
-        await self._done(message, domain, kind, outcome.record.status_code)
+        counts = self._changes(crawl.crawl, message, domain, kind)
+        if counts is not None:
+            for r in routed:
+                for d, n in r.by_domain.items():
+                    counts[d, "routed"] = counts.get((d, "routed"), 0) + n
+        confirms = [fp for r in routed for fp in r.unconfirmed]
+        await self._done(
+            message,
+            domain,
+            kind,
+            outcome.record.status_code,
+            crawl=crawl.crawl,
+            counts=counts,
+            confirms=confirms,
+        )
+
+    async def _admit(
+        self, url: str, domain: str, crawl: str | None, options: CrawlOptions, rules: Rules, first: bool
+    ) -> Checked | None:
+        """The checks before the fetch in one round trip; None if they are to be asked one by one."""
+        if self._admission is None:
+            return None
+        return await self._admission.check(
+            url,
+            domain,
+            rules,
+            crawl=crawl,
+            cancellable=self._crawls is not None,
+            count=first,
+            crawl_max_pages=options.max_pages,
+        )
 
     async def _held_back(
         self, domain: str, crawl: str | None, options: CrawlOptions, rules: Rules, first: bool
@@ -216,7 +267,8 @@ class Pipeline:
         via: tuple[str, ...] = (),
         crawl: CrawlMessage | None = None,
         options: CrawlOptions | None = None,
-    ) -> None:
+    ) -> Routed:
+        """Route a page's links (or its redirect); their claims are confirmed when the page is acked."""
         claimant = fingerprint(parent)
         # Links inherit the page's crawl: its own dedup store, and its options' limits.
         crawl_id = crawl.crawl if crawl is not None else None
@@ -231,12 +283,12 @@ class Pipeline:
                 crawl=crawl_id,
                 domains=options.domains,
                 max_depth=options.max_depth,
+                confirm=False,
             ),
             self._wait,
         )
         self._metrics.observe_links(domain, routed)
-        if crawl_id is not None and self._crawls is not None and routed.by_domain:
-            await self._crawls.count(crawl_id, {(d, "routed"): n for d, n in routed.by_domain.items()})
+        return routed
 
     async def _cancelled(self, crawl: str | None) -> bool:
         return crawl is not None and self._crawls is not None and await self._crawls.cancelled(crawl)
@@ -246,17 +298,17 @@ class Pipeline:
             return _NO_OPTIONS
         return await self._crawls.options(crawl) or _NO_OPTIONS
 
-    async def _count(
+    def _changes(
         self, crawl: str | None, message: AbstractIncomingMessage, domain: str, kind: OutcomeKind
-    ) -> None:
-        """Count an outcome in its crawl's counts; a message back from a retry tier is no longer waiting."""
+    ) -> dict[tuple[str, str], int] | None:
+        """An outcome's changes to its crawl's counts; one back from a retry tier is no longer waiting."""
         if crawl is None or self._crawls is None:
-            return
+            return None
         back = hdr.HEADER_RETRY_TIER in (message.headers or {})
         changes = {(domain, "retrying"): (kind == "retried") - back}
         if kind != "retried":
             changes[domain, kind] = 1
-        await self._crawls.count(crawl, changes)
+        return changes
 
     async def _done(
         self,
@@ -265,9 +317,13 @@ class Pipeline:
         kind: OutcomeKind,
         status: int | None = None,
         reason: str = "max_pages",
+        crawl: str | None = None,
+        counts: Counts | None = None,
+        confirms: Sequence[bytes] = (),
     ) -> None:
-        await message.ack()
-        self._metrics.observe_outcome(domain, kind, status, reason)  # counted once it is acked
+        """Confirm the page's links and count it in its crawl, then ack it; counted once it is acked."""
+        await self._settling.ack(message, crawl, counts, confirms)
+        self._metrics.observe_outcome(domain, kind, status, reason)
 
     async def _park_or_return(self, message: AbstractIncomingMessage, domain: str, failure: Failure) -> bool:
         """Park the message in the longest tier (True), or leave it to the broker (False)."""
@@ -275,7 +331,9 @@ class Pipeline:
         tier = self._live.rules(domain).retry_delays[-1]
         try:
             await self._parking.retry(message, domain, attempts_of(message), Delay(tier, tier), failure)
-            await self._done(message, domain, "retried")
+            crawl = _crawl_of(message)
+            counts = self._changes(crawl, message, domain, "retried")
+            await self._done(message, domain, "retried", crawl=crawl, counts=counts)
             return True
         except Exception as exc:
             log.warning("%s: cannot park the message (%r); the broker will deliver it again", domain, exc)
@@ -328,6 +386,15 @@ def _url_of(message: AbstractIncomingMessage) -> str:
         return CrawlMessage.decode(message.body).url
     except InvalidMessage:
         return f"#{message.delivery_tag}"
+
+
+def _held(checked: Checked, rules: Rules, options: CrawlOptions) -> tuple[str, str] | None:
+    """Why the admission held a page back (its metric reason and a log line), or None."""
+    if checked.held == "max_pages":
+        return "max_pages", f"max_pages {rules.max_pages} reached"
+    if checked.held == "crawl_max_pages":
+        return "max_pages", f"the crawl's max_pages {options.max_pages} reached"
+    return None
 
 
 def _crawl_of(message: AbstractIncomingMessage) -> str | None:

@@ -30,6 +30,7 @@ from crawler.names import Names
 from crawler.settings import Settings
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.sql import Sink, migrate
+from crawler.worker.admission import Admission
 from crawler.worker.consumer import Consumer, Parts
 from crawler.worker.cost import Cost
 from crawler.worker.live import LiveConfig
@@ -103,7 +104,10 @@ def parts(
     cost = Cost(f.redis, names, metrics, backend)
     quota = PageQuota(f.redis, names)
     visit = visitor(live, f.redis, names, fetcher)
-    return Parts(live, visit, f.seen, quota, cost, GroupCommit(sink), CrawlState(f.redis, names), f.recovery)
+    admission = Admission(f.redis, names, visit.limiter, visit.robots, live.rules)
+    return Parts(
+        live, visit, f.seen, quota, cost, GroupCommit(sink), CrawlState(f.redis, names), f.recovery, admission
+    )
 
 
 def visitor(live: LiveConfig, redis: Redis, names: Names, fetcher: Fetcher) -> Visitor:

@@ -1,0 +1,161 @@
+"""A page's checks before its fetch in one Redis round trip: its crawl not cancelled, its counts
+against max_pages, and its rate token.
+
+The same checks, the same keys and the same order as asked one by one (crawler.frontier.crawls,
+crawler.frontier.quota, crawler.fetch.ratelimit); only the round trips are fewer. A page whose
+robots.txt verdict is not at hand, or whose domain has a credit limit (read between the counts and
+the token), is checked one by one instead. Pages arriving together (the broker sends deliveries in
+bursts) share one pipelined write: each script stays its own atomic step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
+
+from crawler.config import Rules
+from crawler.fetch.ratelimit import TAKE, RateLimiter
+from crawler.fetch.robots import Robots
+from crawler.names import Names
+from crawler.worker.page import Admitted, budget
+
+# Runs before TAKE and returns early when the page is not to be fetched, so a refused page takes no
+# token. KEYS[1] the bucket (TAKE's), KEYS[2] the cancelled crawls, KEYS[3] the domain's page count,
+# KEYS[4] the crawl's. ARGV[1..4] TAKE's, ARGV[5] the crawl id ('' none), ARGV[6] '1' to count the page,
+# ARGV[7] the domain's max_pages, ARGV[8] the crawl's ('' none).
+_ADMIT = (
+    """
+if ARGV[5] ~= '' and redis.call('SISMEMBER', KEYS[2], ARGV[5]) == 1 then return {-1, '0'} end
+if ARGV[6] == '1' then
+  if redis.call('INCR', KEYS[3]) > tonumber(ARGV[7]) then return {-2, '0'} end
+  if ARGV[8] ~= '' and redis.call('INCR', KEYS[4]) > tonumber(ARGV[8]) then return {-3, '0'} end
+end
+"""
+    + TAKE
+)
+
+CANCELLED, DOMAIN_FULL, CRAWL_FULL = -1, -2, -3
+
+Held = Literal["cancelled", "max_pages", "crawl_max_pages"]
+_HELD: dict[int, Held] = {CANCELLED: "cancelled", DOMAIN_FULL: "max_pages", CRAWL_FULL: "crawl_max_pages"}
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """What a page's admission found: why it is held (then no token was taken), or its token."""
+
+    held: Held | None = None
+    admitted: Admitted | None = None
+
+    @property
+    def cleared_now(self) -> bool:
+        """Granted with no wait: the cancel check and the token were one atomic step."""
+        return self.admitted is not None and self.admitted.taken[0] == 1 and self.admitted.taken[1] <= 0
+
+
+class Admission:
+    """Runs a page's checks before its fetch in one script, where they can be."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        names: Names,
+        limiter: RateLimiter,
+        robots: Robots,
+        rules_of: Callable[[str], Rules],
+    ) -> None:
+        self._names = names
+        self._limiter = limiter
+        self._robots = robots
+        self._rules_of = rules_of  # the live rules, as the visit's own token would ask them
+        self._redis = redis
+        self._admit = redis.register_script(_ADMIT)
+        self._waiting: list[tuple[list[str], list[Any], asyncio.Future[Any]]] = []
+        self._sender: asyncio.Task[None] | None = None
+
+    async def check(
+        self,
+        url: str,
+        domain: str,
+        rules: Rules,
+        *,
+        crawl: str | None,
+        cancellable: bool,
+        count: bool,
+        crawl_max_pages: int | None,
+    ) -> Checked | None:
+        """The page's checks in one round trip; None when they must be asked one by one.
+
+        `cancellable`: look up whether `crawl` is cancelled. `count`: count the page against the
+        domain's max_pages in `crawl` and, if `crawl_max_pages` is set, against the crawl's own.
+        """
+        crawl_delay = None
+        if rules.obey_robots:
+            verdict = self._robots.cached(url)
+            if verdict is None or not verdict.allowed:
+                return None  # fetching robots.txt, or a page it keeps out, goes the long way
+            crawl_delay = verdict.crawl_delay
+        if rules.max_credits is not None:
+            return None
+        names = self._names.for_crawl(crawl)
+        take_keys, take_args = self._limiter.take_args(domain, budget(self._rules_of(domain), crawl_delay))
+        crawl_pages = self._names.crawl_pages_key(crawl) if crawl is not None else self._names.cancelled_key
+        keys = [*take_keys, self._names.cancelled_key, names.pages_key(domain), crawl_pages]
+        args: list[str | int | float] = [
+            *take_args,
+            crawl if cancellable and crawl is not None else "",
+            "1" if count else "0",
+            rules.max_pages,
+            crawl_max_pages if crawl is not None and crawl_max_pages is not None else "",
+        ]
+        grant, wait = await self._run(keys, args)
+        if int(grant) < 0:
+            return Checked(held=_HELD[int(grant)])
+        return Checked(admitted=Admitted((int(grant), float(wait)), crawl_delay))
+
+    async def _run(self, keys: list[str], args: list[Any]) -> Any:
+        """Run the script with those of other pages checked in the same loop turn."""
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting.append((keys, args, answer))
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send())
+        return await asyncio.shield(answer)
+
+    async def _send(self) -> None:
+        try:
+            while self._waiting:
+                await asyncio.sleep(0)  # pages checked in the same loop turn join this write
+                group, self._waiting = self._waiting, []
+                try:
+                    answers = await self._pipelined(group)
+                except Exception as exc:
+                    answers = [exc] * len(group)
+                for (_, _, answer), result in zip(group, answers, strict=True):
+                    if answer.done():
+                        continue
+                    if isinstance(result, Exception):
+                        answer.set_exception(result)
+                    else:
+                        answer.set_result(result)
+        finally:
+            self._sender = None
+
+    async def _pipelined(self, group: list[tuple[list[str], list[Any], asyncio.Future[Any]]]) -> list[Any]:
+        if len(group) == 1:
+            keys, args, _ = group[0]
+            return [await self._admit(keys=keys, args=args)]
+        # EVALSHA queued directly: redis-py would ask SCRIPT EXISTS before every pipeline of scripts.
+        pipe = self._redis.pipeline(transaction=False)
+        for keys, args, _ in group:
+            pipe.evalsha(self._admit.sha, len(keys), *keys, *args)
+        answers: list[Any] = await pipe.execute(raise_on_error=False)
+        for i, answer in enumerate(answers):
+            if isinstance(answer, NoScriptError):  # not run (a restarted Redis): load it and run it
+                keys, args, _ = group[i]
+                answers[i] = await self._admit(keys=keys, args=args)
+        return answers

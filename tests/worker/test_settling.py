@@ -1,0 +1,140 @@
+"""Deliveries ended in groups against the real RabbitMQ and Redis: one `multiple` ack per channel,
+never past a delivery still in flight or settled otherwise, after the group's confirms and counts."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
+from redis.asyncio import Redis
+
+from crawler.dedup.store import DONE, SeenStore
+from crawler.frontier.crawls import CrawlState
+from crawler.names import Names
+from crawler.worker.settling import Settling
+from tests.support.wait import until
+
+
+async def deliveries(
+    amqp_url: str, bodies: list[bytes]
+) -> tuple[aio_pika.abc.AbstractConnection, AbstractChannel, AbstractQueue, list[AbstractIncomingMessage]]:
+    """A queue holding `bodies`, each delivered (unacked) on one channel, in order."""
+    connection = await aio_pika.connect(amqp_url)
+    channel = await connection.channel()
+    await channel.set_qos(prefetch_count=len(bodies) + 5)
+    queue = await channel.declare_queue("work", durable=True)
+    for body in bodies:
+        await channel.default_exchange.publish(aio_pika.Message(body), routing_key="work")
+    got: list[AbstractIncomingMessage] = []
+
+    async def on_message(message: AbstractIncomingMessage) -> None:
+        got.append(message)
+
+    await queue.consume(on_message)
+    await until(lambda: len(got) == len(bodies))
+    return connection, channel, queue, got
+
+
+async def left_after_close(amqp_url: str, connection: aio_pika.abc.AbstractConnection) -> list[bytes]:
+    """Close the consuming connection (unacked deliveries go back); the bodies left in the queue."""
+    await connection.close()
+    async with await aio_pika.connect(amqp_url) as again:
+        channel = await again.channel()
+        queue = await channel.declare_queue("work", durable=True)
+        left = []
+        while (message := await queue.get(fail=False)) is not None:
+            left.append(message.body)
+            await message.ack()
+        return sorted(left)
+
+
+async def test_acks_wait_for_earlier_deliveries_then_go_as_one(
+    amqp_url: str, redis: Redis, prefix: str
+) -> None:
+    names = Names(prefix)
+    settling = Settling(SeenStore(redis, names), None)
+    connection, _, _, got = await deliveries(amqp_url, [b"1", b"2", b"3", b"4"])
+    for message in got:
+        settling.delivered(message)
+    await settling.ack(got[1])
+    await settling.ack(got[2])
+    # 1 is still in flight: 2 and 3 are not acked yet, and no ack may cover 1.
+    assert not got[0].processed and not got[1].processed and not got[2].processed
+    await settling.ack(got[0])
+    assert got[2].processed  # one ack, `multiple`, up to 3
+    assert await left_after_close(amqp_url, connection) == [b"4"]
+
+
+async def test_a_nacked_delivery_is_not_covered_and_frees_later_acks(
+    amqp_url: str, redis: Redis, prefix: str
+) -> None:
+    settling = Settling(SeenStore(redis, Names(prefix)), None)
+    connection, _, _, got = await deliveries(amqp_url, [b"1", b"2", b"3"])
+    for message in got:
+        settling.delivered(message)
+    await settling.ack(got[1])
+    await got[0].nack(requeue=True)  # e.g. too late to fetch: back to the queue
+    await settling.finished(got[0])
+    assert got[1].processed
+    await settling.finished(got[1])  # finished after its ack: nothing more happens
+    # 1 went back to the queue (and is delivered again on this channel); 3 is unacked.
+    assert await left_after_close(amqp_url, connection) == [b"1", b"3"]
+
+
+async def test_a_delivery_left_unsettled_goes_back_instead_of_blocking(
+    amqp_url: str, redis: Redis, prefix: str
+) -> None:
+    settling = Settling(SeenStore(redis, Names(prefix)), None)
+    connection, _, _, got = await deliveries(amqp_url, [b"1", b"2"])
+    for message in got:
+        settling.delivered(message)
+    await settling.ack(got[1])
+    await settling.finished(got[0])  # its handler ended without settling it
+    assert got[0].processed and got[1].processed
+    assert await left_after_close(amqp_url, connection) == [b"1"]
+
+
+async def test_confirms_and_counts_are_written_before_the_ack(
+    amqp_url: str, redis: Redis, prefix: str
+) -> None:
+    names = Names(prefix)
+    seen = SeenStore(redis, names)
+    crawls = CrawlState(redis, names)
+    settling = Settling(seen, crawls)
+    connection, _, _, got = await deliveries(amqp_url, [b"1", b"2", b"3"])
+    for message in got:
+        settling.delivered(message)
+    stores = {crawl: seen.for_crawl(crawl) for crawl in ("c1", "c2")}
+    assert await stores["c1"].claim([b"fp-a....", b"fp-b...."], b"page-1") == [True, True]
+    assert await stores["c2"].claim([b"fp-c...."], b"page-3") == [True]
+    await asyncio.gather(
+        settling.ack(
+            got[0], "c1", {("a.test", "ok"): 1, ("a.test", "routed"): 2}, [b"fp-a....", b"fp-b...."]
+        ),
+        settling.ack(got[1], "c1", {("a.test", "skipped"): 1}),
+        settling.ack(got[2], "c2", {("b.test", "ok"): 1, ("b.test", "routed"): 1}, [b"fp-c...."]),
+    )
+    plain = names.for_crawl("c1").seen_key
+    assert await redis.hmget(plain, [b"fp-a....", b"fp-b...."]) == [DONE, DONE]
+    assert await redis.hget(names.for_crawl("c2").seen_key, b"fp-c....") == DONE
+    counts = await crawls.counts("c1")
+    assert (counts["a.test"]["ok"], counts["a.test"]["routed"], counts["a.test"]["skipped"]) == (1, 2, 1)
+    assert (await crawls.counts("c2"))["b.test"]["routed"] == 1
+    assert await left_after_close(amqp_url, connection) == []
+
+
+async def test_a_failed_write_acks_nothing_and_says_so(amqp_url: str, redis: Redis, prefix: str) -> None:
+    names = Names(prefix)
+    settling = Settling(SeenStore(redis, names), CrawlState(redis, names))
+    connection, _, _, got = await deliveries(amqp_url, [b"1"])
+    settling.delivered(got[0])
+    await redis.set(names.crawl_counts_key("c1"), "not a hash")  # HINCRBY on it fails
+    try:
+        await settling.ack(got[0], "c1", {("a.test", "ok"): 1})
+    except Exception as exc:
+        assert "WRONGTYPE" in str(exc)
+    else:
+        raise AssertionError("the failed count was not reported")
+    assert not got[0].processed
+    assert await left_after_close(amqp_url, connection) == [b"1"]
