@@ -35,6 +35,13 @@ HEARTBEAT_TTL = 30.0
 # replica killed mid-request leaves its count to expire), and a sticky session's default life.
 GW_INFLIGHT_GRACE = 30.0
 GW_SESSION_TTL = 600.0
+# crawler-gateway's ban and health bookkeeping: a pair's ban streak is forgotten after this many
+# cooldown.max of quiet, an exit's failure streak after GW_FAILS_TTL, its death streak after
+# GW_DEATHS_TTL; an exit stays dead at most GW_DEAD_MOST however often it died.
+GW_STRIKES_KEPT = 4
+GW_FAILS_TTL = 3600.0
+GW_DEATHS_TTL = 86400.0
+GW_DEAD_MOST = 3600.0
 # How often a consumer reads the paused domains: a pause or resume takes hold fleet-wide within it.
 PAUSE_POLL = 0.5
 # Seconds a stopping consumer waits for its publishing channel to close: RabbitMQ does not answer on

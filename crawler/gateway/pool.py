@@ -1,127 +1,176 @@
 """The exit pool, held in Redis so that every gateway replica sees one pool.
 
-Choosing an exit is one Lua call: it reads the candidates' state and reserves the chosen one in a
-single atomic step (Redis's own clock), so two replicas never both send a request to a domain
-through one exit closer than min_interval, nor push an exit past its in-flight cap.
+A request costs two Lua calls: `reserve` (admit it against its key's budget and concurrency, then
+choose an exit and reserve it) and `settle` (release the exit, record the answer, ban or failure,
+charge, and release the key). Each reads and writes in one atomic step on Redis's own clock, so two
+replicas never send a request to a domain through one exit closer than min_interval, nor push an
+exit past its in-flight cap or a key past its budget by more than its requests in flight.
 """
 
 from __future__ import annotations
 
 import random
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from redis.asyncio import Redis
 
-from crawler.gateway.proxies import Exit, ProxiesConfig
-from crawler.names import GW_INFLIGHT_GRACE, Names
+from crawler.gateway.proxies import ApiKey, Exit, ProxiesConfig
+from crawler.names import (
+    GW_DEAD_MOST,
+    GW_DEATHS_TTL,
+    GW_FAILS_TTL,
+    GW_INFLIGHT_GRACE,
+    GW_STRIKES_KEPT,
+    Names,
+)
 
-# KEYS: none (all keys are built from the prefix: one Redis, not a cluster).
-# ARGV: prefix, domain, min_interval_ms, session ('' for none), session_ttl_ms, request id,
-#       hold_ms (how long the request may count as in flight), then id, cap for each candidate.
-# Returns {1, exit id} or {0, ms to wait before asking again; -1 if no candidate is usable at all}.
-_SELECT = """
-local p, domain = ARGV[1], ARGV[2]
-local interval, session = tonumber(ARGV[3]), ARGV[4]
-local session_ttl, rid, hold = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
+# KEYS: the API key's in-flight set, its credits, [the session's sticky key,] then for each
+#       candidate: its dead flag, (exit, domain) cooldown, in-flight set, (exit, domain) last send.
+# ARGV: admit (1 on a request's first call: budget and concurrency are checked and it is counted),
+#       request id, key hold ms, key cap, budget ('' for none), price, min_interval ms,
+#       session (1/0), session_ttl ms, exit hold ms, then id, cap for each candidate.
+# Returns {1, exit id}; {0, ms to wait before asking again, -1 if no candidate is usable at all};
+#         {-2} the budget is spent; {-3} the key is at its concurrency cap (neither counted).
+_RESERVE = """
+local admit, rid = ARGV[1] == '1', ARGV[2]
+local interval, has_session = tonumber(ARGV[7]), ARGV[8] == '1'
+local session_ttl, hold = tonumber(ARGV[9]), tonumber(ARGV[10])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local function state(id, cap)
-  if redis.call('EXISTS', p .. ':gw:dead:' .. id) == 1 then return 'out', -1 end
-  local cool = redis.call('PTTL', p .. ':gw:cool:' .. id .. ':' .. domain)
+if admit then
+  if ARGV[5] ~= '' then
+    local spent = tonumber(redis.call('GET', KEYS[2]) or '0')
+    if spent + tonumber(ARGV[6]) > tonumber(ARGV[5]) then return {-2} end
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return {-3} end
+  local key_hold = tonumber(ARGV[3])
+  redis.call('ZADD', KEYS[1], now + key_hold, rid)
+  redis.call('PEXPIRE', KEYS[1], key_hold + 1000)
+end
+
+local base = has_session and 3 or 2
+local index, caps = {}, {}
+local n = 0
+for i = 11, #ARGV, 2 do
+  n = n + 1
+  index[ARGV[i]] = n
+  caps[n] = tonumber(ARGV[i + 1])
+end
+local function k(i, which) return KEYS[base + (i - 1) * 4 + which] end
+
+local function state(i)
+  if redis.call('EXISTS', k(i, 1)) == 1 then return 'out', -1 end
+  local cool = redis.call('PTTL', k(i, 2))
   if cool > 0 then return 'out', cool end
-  local flying = p .. ':gw:inflight:' .. id
-  redis.call('ZREMRANGEBYSCORE', flying, '-inf', now)
-  if redis.call('ZCARD', flying) >= cap then return 'wait', 50 end
-  local last = tonumber(redis.call('GET', p .. ':gw:last:' .. id .. ':' .. domain) or '-1')
+  redis.call('ZREMRANGEBYSCORE', k(i, 3), '-inf', now)
+  if redis.call('ZCARD', k(i, 3)) >= caps[i] then return 'wait', 50 end
+  local last = tonumber(redis.call('GET', k(i, 4)) or '-1')
   if last >= 0 and now - last < interval then return 'wait', interval - (now - last) end
   return 'ok', 0
 end
 
-local function take(id)
-  local flying = p .. ':gw:inflight:' .. id
-  redis.call('ZADD', flying, now + hold, rid)
-  redis.call('PEXPIRE', flying, hold + 1000)
-  redis.call('SET', p .. ':gw:last:' .. id .. ':' .. domain, now, 'PX', math.max(interval, 1) + 1000)
-  if session ~= '' then redis.call('SET', p .. ':gw:sticky:' .. session, id, 'PX', session_ttl) end
+local function take(i)
+  local id = ARGV[9 + 2 * i]
+  redis.call('ZADD', k(i, 3), now + hold, rid)
+  redis.call('PEXPIRE', k(i, 3), hold + 1000)
+  redis.call('SET', k(i, 4), now, 'PX', math.max(interval, 1) + 1000)
+  if has_session then redis.call('SET', KEYS[3], id, 'PX', session_ttl) end
   return {1, id}
 end
 
-local caps = {}
-local order = {}
-for i = 8, #ARGV, 2 do
-  caps[ARGV[i]] = tonumber(ARGV[i + 1])
-  order[#order + 1] = ARGV[i]
-end
-
-if session ~= '' then
-  local stuck = redis.call('GET', p .. ':gw:sticky:' .. session)
-  if stuck and caps[stuck] then
-    local s, wait = state(stuck, caps[stuck])
-    if s == 'ok' then return take(stuck) end
+if has_session then
+  local stuck = redis.call('GET', KEYS[3])
+  local i = stuck and index[stuck]
+  if i then
+    local s, wait = state(i)
+    if s == 'ok' then return take(i) end
     if s == 'wait' then return {0, wait} end
     -- banned or dead: the session moves to another exit
   end
 end
 
 local best = -1
-for _, id in ipairs(order) do
-  local s, wait = state(id, caps[id])
-  if s == 'ok' then return take(id) end
+for i = 1, n do
+  local s, wait = state(i)
+  if s == 'ok' then return take(i) end
   if wait >= 0 and (best < 0 or wait < best) then best = wait end
 end
 return {0, best}
 """
 
-# ARGV: prefix, exit id, domain, base_ms, max_ms, jitter (0..1), random (0..1). Returns cooldown ms.
-_BAN = """
-local p, id, domain = ARGV[1], ARGV[2], ARGV[3]
-local base, most, jitter, r = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local strikes_key = p .. ':gw:strikes:' .. id .. ':' .. domain
-local strikes = redis.call('INCR', strikes_key)
-redis.call('PEXPIRE', strikes_key, most * 4)
-local ms = math.min(base * 2 ^ (strikes - 1), most)
-ms = math.floor(ms * (1 - jitter + 2 * jitter * r))
-redis.call('SET', p .. ':gw:cool:' .. id .. ':' .. domain, '1', 'PX', math.max(ms, 1))
-return ms
+# KEYS: the API key's in-flight set, its credits, then (when an exit was used) the exit's in-flight
+#       set, (exit, domain) ban streak, (exit, domain) cooldown, failure streak, death streak, dead flag.
+# ARGV: outcome (answered | banned | failed | none), request id, final (1: the request is over),
+#       price, cooldown base ms, max ms, jitter (0..1), random (0..1), strikes kept (x max),
+#       dead_after, dead_for ms, fails ttl ms, deaths ttl ms, longest death ms.
+# Returns {cooldown ms imposed (0 for none), 1 if this failure made the exit dead}.
+_SETTLE = """
+local outcome, rid = ARGV[1], ARGV[2]
+local cooled, died = 0, 0
+if #KEYS > 2 then
+  redis.call('ZREM', KEYS[3], rid)
+  if outcome == 'answered' then
+    redis.call('DEL', KEYS[4], KEYS[6], KEYS[7])
+    if tonumber(ARGV[4]) > 0 then redis.call('INCRBYFLOAT', KEYS[2], ARGV[4]) end
+  elseif outcome == 'banned' or outcome == 'failed' then
+    local base, most = tonumber(ARGV[5]), tonumber(ARGV[6])
+    local jitter, r = tonumber(ARGV[7]), tonumber(ARGV[8])
+    local strikes = redis.call('INCR', KEYS[4])
+    redis.call('PEXPIRE', KEYS[4], most * tonumber(ARGV[9]))
+    local ms = math.min(base * 2 ^ (strikes - 1), most)
+    cooled = math.max(math.floor(ms * (1 - jitter + 2 * jitter * r)), 1)
+    redis.call('SET', KEYS[5], '1', 'PX', cooled)
+    if outcome == 'failed' then
+      local fails = redis.call('INCR', KEYS[6])
+      redis.call('PEXPIRE', KEYS[6], tonumber(ARGV[12]))
+      if fails >= tonumber(ARGV[10]) and redis.call('EXISTS', KEYS[8]) == 0 then
+        local deaths = redis.call('INCR', KEYS[7])
+        redis.call('PEXPIRE', KEYS[7], tonumber(ARGV[13]))
+        local dead_ms = math.min(tonumber(ARGV[11]) * 2 ^ (deaths - 1), tonumber(ARGV[14]))
+        redis.call('SET', KEYS[8], '1', 'PX', math.floor(dead_ms))
+        redis.call('SET', KEYS[6], 0)
+        died = 1
+      end
+    end
+  end
+end
+if ARGV[3] == '1' then redis.call('ZREM', KEYS[1], rid) end
+return {cooled, died}
 """
 
-# ARGV: prefix, exit id, dead_after, dead_for_ms. Returns 1 if this failure made the exit dead.
-_FAIL = """
-local p, id = ARGV[1], ARGV[2]
-local fails = redis.call('INCR', p .. ':gw:fails:' .. id)
-redis.call('PEXPIRE', p .. ':gw:fails:' .. id, 3600000)
-if fails < tonumber(ARGV[3]) or redis.call('EXISTS', p .. ':gw:dead:' .. id) == 1 then return 0 end
-local deaths = redis.call('INCR', p .. ':gw:deaths:' .. id)
-redis.call('PEXPIRE', p .. ':gw:deaths:' .. id, 86400000)
-local ms = math.min(tonumber(ARGV[4]) * 2 ^ (deaths - 1), 3600000)
-redis.call('SET', p .. ':gw:dead:' .. id, '1', 'PX', math.floor(ms))
-redis.call('SET', p .. ':gw:fails:' .. id, 0)
-return 1
-"""
+Outcome = Literal["answered", "banned", "failed", "none"]
 
 
 @dataclass(frozen=True, slots=True)
-class Choice:
-    """An exit reserved for one request (release it when done), or how long to wait for one."""
+class Reservation:
+    """An exit reserved for one request, how long to wait for one, or why the key was refused."""
 
     exit: Exit | None
-    request_id: str
-    wait: float  # seconds; < 0 when no candidate can serve (all dead or cooling down)
+    wait: float  # seconds (a cooldown's end at the soonest); < 0 when every candidate is dead
+    refused: Literal["budget", "concurrency"] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What settling a request's attempt did to its exit."""
+
+    cooldown: float  # seconds the (exit, domain) pair now rests; 0 for none
+    died: bool  # this failure marked the exit dead
 
 
 class Pool:
-    """Selection, bans and health of the exits of one proxies.yaml, shared through Redis."""
+    """Selection, bans, health and the per-key ledger of one proxies.yaml, shared through Redis."""
 
     def __init__(self, redis: Redis, names: Names, config: ProxiesConfig) -> None:
         self._redis = redis
         self._names = names
         self.config = config
-        self._select = redis.register_script(_SELECT)
-        self._ban = redis.register_script(_BAN)
-        self._fail = redis.register_script(_FAIL)
+        self._reserve = redis.register_script(_RESERVE)
+        self._settle = redis.register_script(_SETTLE)
 
     def candidates(self, country: str | None, premium: bool) -> list[Exit]:
         """Exits of the wanted country and tier, in random order (so load spreads)."""
@@ -134,63 +183,104 @@ class Pool:
         random.shuffle(found)
         return found
 
-    async def choose(
-        self, exits: Sequence[Exit], domain: str, session: str | None, deadline: float
-    ) -> Choice:
-        """Reserve an exit for a request to `domain` now, or say how long until one is free."""
-        rid = uuid.uuid4().hex
-        hold_ms = int((deadline + GW_INFLIGHT_GRACE) * 1000)
-        args: list[str | int] = [
-            self._names.prefix,
-            domain,
+    async def reserve(
+        self,
+        key: ApiKey,
+        request_id: str,
+        price: float,
+        exits: Sequence[Exit],
+        domain: str,
+        session: str | None,
+        hold: float,
+        *,
+        admit: bool,
+    ) -> Reservation:
+        """Reserve an exit for a request to `domain` now, or say how long until one is free.
+
+        With `admit` (the request's first call) the key's budget and concurrency are checked and
+        the request counted against them first; `settle(..., final=True)` uncounts it. Left unsettled
+        (its replica killed), it stops counting `hold` (its timeout) + GW_INFLIGHT_GRACE seconds on.
+        """
+        n = self._names
+        hold_ms = int((hold + GW_INFLIGHT_GRACE) * 1000)
+        keys = [n.gw_key_inflight_key(key.id), n.gw_credits_key(key.id)]
+        if session:
+            keys.append(n.gw_sticky_key(session))
+        args: list[str | int | float] = [
+            1 if admit else 0,
+            request_id,
+            hold_ms,
+            key.max_concurrency,
+            "" if key.budget is None else repr(key.budget),
+            repr(price),
             int(self.config.min_interval * 1000),
-            session or "",
+            1 if session else 0,
             int(self.config.session_ttl * 1000),
-            rid,
             hold_ms,
         ]
         for e in exits:
+            keys += [
+                n.gw_dead_key(e.id),
+                n.gw_cool_key(e.id, domain),
+                n.gw_inflight_key(e.id),
+                n.gw_last_key(e.id, domain),
+            ]
             args += [e.id, e.max_inflight]
-        found, value = await self._select(args=args)
-        if int(found) == 1:
-            chosen = value.decode() if isinstance(value, bytes) else str(value)
-            return Choice(next(e for e in exits if e.id == chosen), rid, 0.0)
-        return Choice(None, rid, int(value) / 1000)
+        answer = await self._reserve(keys=keys, args=args)
+        code = int(answer[0])
+        if code == 1:
+            chosen = answer[1].decode() if isinstance(answer[1], bytes) else str(answer[1])
+            return Reservation(next(e for e in exits if e.id == chosen), 0.0)
+        if code == -2:
+            return Reservation(None, -1.0, "budget")
+        if code == -3:
+            return Reservation(None, -1.0, "concurrency")
+        return Reservation(None, int(answer[1]) / 1000)
 
-    async def release(self, exit: Exit, request_id: str) -> None:
-        """The request is done: it no longer counts against the exit's in-flight cap."""
-        await self._redis.zrem(self._names.gw_inflight_key(exit.id), request_id)
-
-    async def banned(self, exit: Exit, domain: str) -> float:
-        """The target banned `exit`: cool the pair down (exponential, jittered); the seconds."""
+    async def settle(
+        self,
+        key: ApiKey,
+        request_id: str,
+        exit: Exit | None,
+        domain: str,
+        outcome: Outcome,
+        price: float,
+        *,
+        final: bool,
+    ) -> Settled:
+        """Release `exit` and record its `outcome` for `domain`: an answer ends its ban and failure
+        streaks and charges `price`; a ban or failure cools the pair down (exponential, jittered), and
+        enough failures in a row mark the exit dead. `final` uncounts the request from its key."""
+        n = self._names
+        keys = [n.gw_key_inflight_key(key.id), n.gw_credits_key(key.id)]
+        if exit is not None:
+            keys += [
+                n.gw_inflight_key(exit.id),
+                n.gw_strikes_key(exit.id, domain),
+                n.gw_cool_key(exit.id, domain),
+                n.gw_fails_key(exit.id),
+                n.gw_deaths_key(exit.id),
+                n.gw_dead_key(exit.id),
+            ]
         c = self.config.cooldown
         args: list[str | int | float] = [
-            self._names.prefix,
-            exit.id,
-            domain,
+            outcome,
+            request_id,
+            1 if final else 0,
+            repr(price) if outcome == "answered" else "0",
             int(c.base * 1000),
             int(c.max * 1000),
             c.jitter,
             random.random(),
-        ]
-        return int(await self._ban(args=args)) / 1000
-
-    async def answered(self, exit: Exit, domain: str) -> None:
-        """The target answered through `exit`: its ban streak for the domain and its failures end."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.delete(self._names.gw_strikes_key(exit.id, domain))
-            pipe.delete(self._names.gw_fails_key(exit.id), self._names.gw_deaths_key(exit.id))
-            await pipe.execute()
-
-    async def proxy_failed(self, exit: Exit) -> bool:
-        """The proxy itself failed (refused, 407, tunnel); True if the exit is now dead."""
-        args: list[str | int] = [
-            self._names.prefix,
-            exit.id,
+            GW_STRIKES_KEPT,
             self.config.dead_after,
             int(self.config.dead_for * 1000),
+            int(GW_FAILS_TTL * 1000),
+            int(GW_DEATHS_TTL * 1000),
+            int(GW_DEAD_MOST * 1000),
         ]
-        return int(await self._fail(args=args)) == 1
+        cooled, died = await self._settle(keys=keys, args=args)
+        return Settled(int(cooled) / 1000, int(died) == 1)
 
     async def dead(self) -> list[Exit]:
         """Exits marked dead now."""

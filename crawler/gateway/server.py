@@ -1,9 +1,10 @@
 """crawler-gateway's HTTP service: the envelope (GET /fetch), /metrics and /healthz.
 
-Each request: the key (constant-time), its budget and concurrency, the private-network guard on the
-target, then up to max_attempts exits from the pool; a ban cools that (exit, domain) pair down and
-the next attempt takes another exit. Only an answer that counts (the target answered, no ban) is
-charged. All state lives in Redis, so replicas behind one address act as one gateway.
+Each request: the key (constant-time), the private-network guard on the target, then up to
+max_attempts exits from the pool, the first reservation also checking the key's budget and
+concurrency; a ban cools that (exit, domain) pair down and the next attempt takes another exit. Only an
+answer that counts (the target answered, no ban) is charged. All state lives in Redis (two script
+calls a request when nothing goes wrong), so replicas behind one address act as one gateway.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -39,8 +39,8 @@ from crawler.errors import BadResponse, ConfigError, FetchError, Refused, TooLar
 from crawler.fetch.connect import AddressPolicy, GuardedBackend
 from crawler.fetch.decoding import ACCEPT_ENCODING
 from crawler.fetch.fetcher import HTML_TYPES, REDIRECTS, read_body
-from crawler.gateway.ledger import Ledger, find_key
-from crawler.gateway.pool import Pool
+from crawler.gateway.ledger import find_key
+from crawler.gateway.pool import Outcome, Pool, Settled
 from crawler.gateway.proxies import ApiKey, Exit, ProxiesConfig, load_proxies
 from crawler.gateway.render import Document, RenderAsk, Rendered, Renderer, RenderFailed, render_options
 from crawler.names import Names
@@ -187,7 +187,6 @@ class Gateway:
         loaded = load_proxies(path, self._env)
         self._mtime = loaded.mtime
         self.metrics = GatewayMetrics()
-        self.ledger = Ledger(redis, names)
         self.pool = Pool(redis, names, loaded.config)
         self._apply(loaded.config)
         self._session = aiohttp.ClientSession(
@@ -261,19 +260,11 @@ class Gateway:
             except ValueError as exc:
                 return _error(400, str(exc))
         price = self.config.prices.price(ask.render_js, ask.premium)
-        if not await self.ledger.affordable(key, price):
-            return _error(402, f"budget of key {key.id} is spent ({key.budget:g} credits)")
         exits = self.pool.candidates(ask.country, ask.premium)
         if not exits:
             tier = "premium" if ask.premium else "datacenter"
             return _error(400, f"no {tier} exit in country {ask.country or 'any'} in proxies.yaml")
-        rid = uuid.uuid4().hex
-        if not await self.ledger.admit(key, rid, ask.timeout + 30):
-            return _error(429, f"key {key.id} is at its concurrency limit ({key.max_concurrency})")
-        try:
-            return await self._through_exits(ask, key, exits, price, how)
-        finally:
-            await self.ledger.done(key, rid)
+        return await self._through_exits(ask, key, exits, price, how)
 
     async def _through_exits(
         self, ask: Ask, key: ApiKey, exits: list[Exit], price: float, how: RenderAsk | None = None
@@ -292,57 +283,73 @@ class Gateway:
         # elsewhere by its own resolver; https goes by name through CONNECT (TLS needs it).
         pinned = str(ips[0]) if parts.scheme == "http" else None
         domain = ask.host
+        rid = uuid.uuid4().hex
+        admitted = False  # counted against the key's concurrency until a final settle
+        held: Exit | None = None  # reserved and not yet settled
+
+        async def settle(outcome: Outcome, final: bool) -> Settled:
+            nonlocal admitted, held
+            exit, held = held, None
+            settled = await self.pool.settle(key, rid, exit, domain, outcome, price, final=final)
+            admitted = admitted and not final
+            return settled
+
         banned = 0
         last_error = "no exit was free in time"
-        for attempt in range(self.config.max_attempts):
-            reserved = await self._reserve(exits, domain, ask, deadline)
-            if reserved is None:
-                break
-            exit, rid = reserved
-            left = deadline - time.monotonic()
-            budget = left / (self.config.max_attempts - attempt)
-            sent = time.monotonic()
-            try:
-                status, headers, body = await self._via(exit, ask, pinned, budget)
-            except ProxyFailed as exc:
-                self.metrics.requests.labels(exit.id, "proxy_failed").inc()
-                last_error = f"exit {exit.id} failed: {exc}"
-                await self._cool(exit, domain, "proxy")
-                if await self.pool.proxy_failed(exit):
-                    log.warning("exit %s marked dead after repeated proxy failures", exit.id)
-                continue
-            except FetchError as exc:
-                self.metrics.requests.labels(exit.id, "target_error").inc()
-                kind = "too_large" if isinstance(exc, TooLarge) else "bad_response"
-                return self._target_error(kind, str(exc), started, exc.status_code)
-            finally:
-                await self.pool.release(exit, rid)
-                self.metrics.latency.labels(exit.id).observe(time.monotonic() - sent)
-            reason = self._ban_reason(domain, status, headers, body)
-            if reason is not None:
-                self.metrics.requests.labels(exit.id, "banned").inc()
-                banned += 1
-                last_error = f"banned through exit {exit.id} ({reason})"
-                await self._cool(exit, domain, reason)
-                continue
-            self.metrics.requests.labels(exit.id, "answered").inc()
-            await self.pool.answered(exit, domain)
-            final_url = None
-            media = next((v for k, v in headers if k.lower() == "content-type"), "text/html")
-            if (
-                how is not None
-                and status == 200
-                and body
-                and media.split(";")[0].strip().lower() in HTML_TYPES
-            ):
+        try:
+            for attempt in range(self.config.max_attempts):
+                reserved = await self._reserve(key, rid, price, exits, ask, deadline, admit=not admitted)
+                if isinstance(reserved, web.Response):
+                    return reserved
+                admitted = True
+                if reserved is None:
+                    break
+                exit = held = reserved
+                left = deadline - time.monotonic()
+                budget = left / (self.config.max_attempts - attempt)
+                sent = time.monotonic()
                 try:
-                    rendered = await self._render(ask, how, exit, headers, body, deadline)
-                except RenderFailed as exc:
-                    return self._target_error(exc.kind, str(exc), started)
-                body, final_url = rendered.html.encode("utf-8"), rendered.final_url
-            await self.ledger.charge(key, price)
-            self.metrics.credits.labels(key.id).inc(price)
-            return self._envelope(ask, status, headers, body, price, exit, started, final_url)
+                    status, headers, body = await self._via(exit, ask, pinned, budget)
+                except ProxyFailed as exc:
+                    self.metrics.requests.labels(exit.id, "proxy_failed").inc()
+                    last_error = f"exit {exit.id} failed: {exc}"
+                    self._cooled(exit, domain, "proxy", await settle("failed", final=False))
+                    continue
+                except FetchError as exc:
+                    self.metrics.requests.labels(exit.id, "target_error").inc()
+                    await settle("none", final=True)
+                    kind = "too_large" if isinstance(exc, TooLarge) else "bad_response"
+                    return self._target_error(kind, str(exc), started, exc.status_code)
+                finally:
+                    self.metrics.latency.labels(exit.id).observe(time.monotonic() - sent)
+                reason = self._ban_reason(domain, status, headers, body)
+                if reason is not None:
+                    self.metrics.requests.labels(exit.id, "banned").inc()
+                    banned += 1
+                    last_error = f"banned through exit {exit.id} ({reason})"
+                    self._cooled(exit, domain, reason, await settle("banned", final=False))
+                    continue
+                self.metrics.requests.labels(exit.id, "answered").inc()
+                final_url = None
+                media = next((v for k, v in headers if k.lower() == "content-type"), "text/html")
+                if (
+                    how is not None
+                    and status == 200
+                    and body
+                    and media.split(";")[0].strip().lower() in HTML_TYPES
+                ):
+                    try:  # the exit stays reserved while the page's own requests go through it
+                        rendered = await self._render(ask, how, exit, headers, body, deadline)
+                    except RenderFailed as exc:
+                        await settle("none", final=True)
+                        return self._target_error(exc.kind, str(exc), started)
+                    body, final_url = rendered.html.encode("utf-8"), rendered.final_url
+                await settle("answered", final=True)
+                self.metrics.credits.labels(key.id).inc(price)
+                return self._envelope(ask, status, headers, body, price, exit, started, final_url)
+        finally:
+            if admitted or held is not None:
+                await settle("none", final=True)
         if time.monotonic() >= deadline and not banned:
             return self._target_error("timeout", f"no answer within {ask.timeout:g}s ({last_error})", started)
         response = _error(503, f"{last_error}; tried {self.config.max_attempts} exit(s), not charged")
@@ -364,26 +371,43 @@ class Gateway:
         return await self.renderer.render(document, how, ask.session, self._guard, deadline)
 
     async def _reserve(
-        self, exits: list[Exit], domain: str, ask: Ask, deadline: float
-    ) -> tuple[Exit, str] | None:
-        """An exit reserved for `domain`, waiting (within the deadline and max_wait) for one to free up."""
+        self,
+        key: ApiKey,
+        rid: str,
+        price: float,
+        exits: list[Exit],
+        ask: Ask,
+        deadline: float,
+        *,
+        admit: bool,
+    ) -> Exit | web.Response | None:
+        """An exit reserved for the request, waiting (within the deadline and max_wait) for one to
+        free up; None if none did; with `admit`, the key's 402 or 429 if it is refused."""
         give_up = min(deadline, time.monotonic() + self.config.max_wait)
         while True:
-            choice = await self.pool.choose(exits, domain, ask.session, ask.timeout)
-            if choice.exit is not None:
-                return choice.exit, choice.request_id
-            if choice.wait < 0:
+            got = await self.pool.reserve(
+                key, rid, price, exits, ask.host, ask.session, ask.timeout, admit=admit
+            )
+            if got.refused == "budget":
+                return _error(402, f"budget of key {key.id} is spent ({key.budget:g} credits)")
+            if got.refused == "concurrency":
+                return _error(429, f"key {key.id} is at its concurrency limit ({key.max_concurrency})")
+            if got.exit is not None:
+                return got.exit
+            admit = False
+            if got.wait < 0:
                 return None  # every candidate is dead
-            pause = min(choice.wait, give_up - time.monotonic())
+            pause = min(got.wait, give_up - time.monotonic())
             if pause <= 0:
                 return None
             await asyncio.sleep(pause)
 
-    async def _cool(self, exit: Exit, domain: str, reason: str) -> None:
-        seconds = await self.pool.banned(exit, domain)
+    def _cooled(self, exit: Exit, domain: str, reason: str, settled: Settled) -> None:
         self.metrics.bans.labels(exit.id, reason).inc()
-        self.metrics.cooldowns.labels(exit.id).inc(seconds)
-        log.info("exit %s cools down for %s: %.1fs (%s)", exit.id, domain, seconds, reason)
+        self.metrics.cooldowns.labels(exit.id).inc(settled.cooldown)
+        log.info("exit %s cools down for %s: %.1fs (%s)", exit.id, domain, settled.cooldown, reason)
+        if settled.died:
+            log.warning("exit %s marked dead after repeated proxy failures", exit.id)
 
     def _ban_reason(
         self, domain: str, status: int, headers: list[tuple[str, str]], body: bytes
@@ -522,7 +546,8 @@ class Gateway:
         while True:
             await asyncio.sleep(RELOAD_POLL)
             try:
-                mtime = await asyncio.to_thread(lambda: Path(self._path).stat().st_mtime)
+                # A stat is a local syscall of microseconds; a thread hand-off a second costs more.
+                mtime = os.stat(self._path).st_mtime
             except OSError:
                 continue
             if mtime == self._mtime:

@@ -1,0 +1,127 @@
+"""The pool's two scripts against real Redis: one reservation admits the key and reserves an exit
+atomically, one settlement releases, records and charges; replicas share it all."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from redis.asyncio import Redis
+
+from crawler.gateway.pool import Pool
+from crawler.gateway.proxies import ApiKey, ProxiesConfig
+from crawler.names import Names
+
+
+def config(**settings: Any) -> ProxiesConfig:
+    return ProxiesConfig.model_validate(
+        {
+            "exits": [{"id": "e0", "url": "http://127.0.0.41:1"}, {"id": "e1", "url": "http://127.0.0.41:2"}],
+            "keys": [{"id": "k", "key_env": "K"}],
+            **settings,
+        }
+    )
+
+
+def rid() -> str:
+    return uuid.uuid4().hex
+
+
+async def test_one_reservation_per_exit_and_domain_within_min_interval_across_replicas(
+    redis: Redis, prefix: str
+) -> None:
+    conf = config(min_interval=5)
+    replicas = [Pool(redis, Names(prefix), conf) for _ in range(2)]
+    key = ApiKey(id="k", key_env="K")
+    exits = list(conf.exits)
+    got = await asyncio.gather(
+        *(replicas[i % 2].reserve(key, rid(), 1.0, exits, "a.test", None, 10, admit=True) for i in range(40))
+    )
+    chosen = sorted(g.exit.id for g in got if g.exit is not None)
+    assert chosen == ["e0", "e1"]  # each exit once for the domain, however many asked at once
+    waits = [g.wait for g in got if g.exit is None]
+    assert len(waits) == 38 and all(4 < w <= 5 for w in waits), waits
+    # Another domain is another pair: both exits are free for it at once.
+    other = [
+        await replicas[0].reserve(key, rid(), 1.0, exits, "b.test", None, 10, admit=True) for _ in range(3)
+    ]
+    assert sorted(o.exit.id for o in other if o.exit is not None) == ["e0", "e1"]
+
+
+async def test_the_key_s_concurrency_and_budget_are_checked_in_the_same_call(
+    redis: Redis, prefix: str
+) -> None:
+    conf = config(min_interval=0)
+    pool = Pool(redis, Names(prefix), conf)
+    exits = list(conf.exits)
+    capped = ApiKey(id="k", key_env="K", max_concurrency=3)
+    ids = [rid() for _ in range(10)]
+    got = await asyncio.gather(
+        *(pool.reserve(capped, r, 1.0, exits, f"d{i}.test", None, 10, admit=True) for i, r in enumerate(ids))
+    )
+    admitted = [r for r, g in zip(ids, got, strict=True) if g.refused is None]
+    assert len(admitted) == 3 and [g.refused for g in got].count("concurrency") == 7
+    # Settled for good, a request stops counting; the next one is admitted.
+    first = next(g for g in got if g.refused is None)
+    await pool.settle(capped, admitted[0], first.exit, "d.test", "answered", 1.0, final=True)
+    assert (await pool.reserve(capped, rid(), 1.0, exits, "x.test", None, 10, admit=True)).refused is None
+
+    budget = ApiKey(id="b", key_env="K", budget=2.5)
+    for i in range(2):
+        r = rid()
+        got_one = await pool.reserve(budget, r, 1.0, exits, f"p{i}.test", None, 10, admit=True)
+        assert got_one.exit is not None
+        await pool.settle(budget, r, got_one.exit, f"p{i}.test", "answered", 1.0, final=True)
+    spent = await pool.reserve(budget, rid(), 1.0, exits, "p9.test", None, 10, admit=True)
+    assert spent.refused == "budget" and spent.exit is None
+    assert float(await redis.get(Names(prefix).gw_credits_key("b"))) == 2.0
+    # A ban is not charged, and the request was not left counted against the key.
+    r = rid()
+    half = await pool.reserve(budget, r, 0.5, exits, "q.test", None, 10, admit=True)
+    await pool.settle(budget, r, half.exit, "q.test", "banned", 0.5, final=True)
+    assert float(await redis.get(Names(prefix).gw_credits_key("b"))) == 2.0
+    assert await redis.zcard(Names(prefix).gw_key_inflight_key("b")) == 0
+
+
+async def test_bans_cool_the_pair_and_failures_kill_the_exit(redis: Redis, prefix: str) -> None:
+    conf = config(min_interval=0, dead_after=2, cooldown={"base": 10, "max": 40, "jitter": 0})
+    names = Names(prefix)
+    pool = Pool(redis, names, conf)
+    key = ApiKey(id="k", key_env="K")
+    e0 = conf.exits[0]
+    first = await pool.settle(key, rid(), e0, "a.test", "banned", 1.0, final=True)
+    second = await pool.settle(key, rid(), e0, "a.test", "banned", 1.0, final=True)
+    assert (first.cooldown, second.cooldown) == (10.0, 20.0)  # backoff doubles per ban in a row
+    assert 19_000 < await redis.pttl(names.gw_cool_key("e0", "a.test")) <= 20_000
+    # Cooling down for a.test, e0 is skipped for it (until the cooldown ends), not for b.test.
+    got = await pool.reserve(key, rid(), 1.0, [e0], "a.test", None, 10, admit=True)
+    assert got.exit is None and 19 < got.wait <= 20
+    assert (await pool.reserve(key, rid(), 1.0, [e0], "b.test", None, 10, admit=True)).exit == e0
+    # An answer ends the streak: the next ban starts from base again.
+    await pool.settle(key, rid(), e0, "a.test", "answered", 1.0, final=True)
+    assert (await pool.settle(key, rid(), e0, "a.test", "banned", 1.0, final=True)).cooldown == 10.0
+    # Proxy failures in a row, whatever the domain, mark it dead: out for every domain.
+    assert not (await pool.settle(key, rid(), e0, "c.test", "failed", 1.0, final=True)).died
+    assert (await pool.settle(key, rid(), e0, "d.test", "failed", 1.0, final=True)).died
+    assert await pool.dead() == [e0]
+    assert (await pool.reserve(key, rid(), 1.0, [e0], "e.test", None, 10, admit=True)).wait < 0
+    await pool.revive(e0)
+    assert (await pool.reserve(key, rid(), 1.0, [e0], "e.test", None, 10, admit=True)).exit == e0
+
+
+async def test_a_session_sticks_to_its_exit(redis: Redis, prefix: str) -> None:
+    conf = config(min_interval=0, session_ttl=60)
+    pool = Pool(redis, Names(prefix), conf)
+    key = ApiKey(id="k", key_env="K")
+    exits = list(conf.exits)
+    first = await pool.reserve(key, rid(), 1.0, exits, "a.test", "s1", 10, admit=True)
+    assert first.exit is not None
+    for order in (exits, exits[::-1], exits):
+        again = await pool.reserve(key, rid(), 1.0, order, "a.test", "s1", 10, admit=True)
+        assert again.exit == first.exit
+    # Banned for the domain, the session moves on and sticks to its new exit.
+    await pool.settle(key, rid(), first.exit, "a.test", "banned", 1.0, final=True)
+    moved = await pool.reserve(key, rid(), 1.0, exits, "a.test", "s1", 10, admit=True)
+    assert moved.exit is not None and moved.exit != first.exit
+    assert (await redis.get(Names(prefix).gw_sticky_key("s1"))) == moved.exit.id.encode()
