@@ -323,6 +323,8 @@ class Pipeline:
     ) -> None:
         """Confirm the page's links and count it in its crawl, then ack it; counted once it is acked."""
         await self._settling.ack(message, crawl, counts, confirms)
+        if lost(message):  # the ack could not go: the broker delivers it again, and it is counted then
+            return
         self._metrics.observe_outcome(domain, kind, status, reason)
 
     async def _park_or_return(self, message: AbstractIncomingMessage, domain: str, failure: Failure) -> bool:

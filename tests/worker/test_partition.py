@@ -27,6 +27,7 @@ from crawler.sink.sql import Sink, engine_url, migrate
 from crawler.worker import wiring
 from crawler.worker.parking import Parking
 from crawler.worker.pipeline import Pipeline
+from crawler.worker.settling import Settling
 from demo.site import Reply, Route, Site, serve
 from tests.support import netns
 from tests.support.crawls import consumer, seed, stored
@@ -240,6 +241,7 @@ async def test_a_delivery_whose_channel_closed_mid_fetch_is_neither_stored_nor_a
                 frontier = await publisher.get_exchange(names.frontier)
                 retry = await publisher.get_exchange(names.retry)
                 dead = await publisher.get_exchange(names.dead)
+                settling = Settling(parts.seen, parts.crawls)
                 pipeline = Pipeline(
                     parts.live,
                     parts.visitor,
@@ -250,10 +252,12 @@ async def test_a_delivery_whose_channel_closed_mid_fetch_is_neither_stored_nor_a
                     Parking(retry, dead, "test"),
                     metrics,
                     short_retry_wait=0.01,
+                    settling=settling,
                 )
                 delivery = await f.connection.channel()
                 queue = await delivery.get_queue(names.domain_queue("a.test"))
                 message = await queue.get()
+                settling.delivered(message)
 
                 async def close_mid_fetch() -> None:
                     assert await asyncio.to_thread(fetching.wait, 30)
