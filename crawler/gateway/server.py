@@ -43,6 +43,7 @@ from crawler.gateway.ledger import find_key
 from crawler.gateway.pool import Outcome, Pool, Settled
 from crawler.gateway.proxies import ApiKey, Exit, ProxiesConfig, load_proxies
 from crawler.gateway.render import Document, RenderAsk, Rendered, Renderer, RenderFailed, render_options
+from crawler.gateway.session import exit_session
 from crawler.names import Names
 
 log = logging.getLogger("crawler.gateway")
@@ -189,13 +190,7 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.pool = Pool(redis, names, loaded.config)
         self._apply(loaded.config)
-        self._session = aiohttp.ClientSession(
-            auto_decompress=False,
-            timeout=aiohttp.ClientTimeout(total=None),
-            trust_env=False,
-            skip_auto_headers=("Accept-Encoding",),
-            connector=aiohttp.TCPConnector(limit=0, use_dns_cache=False),
-        )
+        self._session = exit_session()
         self._tasks: list[asyncio.Task[None]] = []
         render = loaded.config.render
         self.renderer = Renderer(render, self.metrics.registry, loaded.config.user_agent) if render else None

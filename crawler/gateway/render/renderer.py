@@ -26,6 +26,7 @@ from crawler.gateway.render.browsers import BrowserGone, BrowserPool
 from crawler.gateway.render.intercept import Answer, Interception, Send
 from crawler.gateway.render.metrics import RenderMetrics
 from crawler.gateway.render.options import RenderAsk, RenderConfig
+from crawler.gateway.session import exit_session
 
 log = logging.getLogger("crawler.gateway.render")
 # Below this much time left, a crashed render is not tried again: it could not finish.
@@ -78,13 +79,7 @@ class Renderer:
 
     async def start(self) -> None:
         """Launch the browsers; ConfigError if Chromium cannot start."""
-        self._session = aiohttp.ClientSession(
-            auto_decompress=False,
-            timeout=aiohttp.ClientTimeout(total=None),
-            trust_env=False,
-            skip_auto_headers=("Accept-Encoding",),
-            connector=aiohttp.TCPConnector(limit=0, use_dns_cache=False),
-        )
+        self._session = exit_session()
         await self.pool.start()
 
     async def close(self) -> None:
