@@ -195,3 +195,51 @@ def test_the_scaling_bench_crawls_grows_the_store_and_publishes(
 
     two = broker_ceiling(2, 200, 0.0)
     assert two.publishes == 400 and two.rate > 0
+
+
+async def test_the_exit_relay_keeps_its_client_connection_across_every_framing() -> None:
+    import asyncio
+
+    from bench.exits import serve_client
+
+    answers = {
+        b"/length": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+        b"/chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+        b"/empty": b"HTTP/1.1 204 No Content\r\n\r\n",
+        b"/eof": b"HTTP/1.1 200 OK\r\n\r\nuntil the end",  # delimited by the close: the last one
+    }
+    seen: list[tuple[str, bytes]] = []
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        path = head.split(b" ")[1]
+        seen.append((writer.get_extra_info("peername")[0], head))
+        writer.write(answers[path])
+        await writer.drain()
+        writer.close()
+
+    site = await asyncio.start_server(upstream, "127.0.0.24", 0)
+    proxy = await asyncio.start_server(lambda r, w: serve_client(r, w, "127.0.0.25"), "127.0.0.26", 0)
+    port = site.sockets[0].getsockname()[1]
+    async with site, proxy:
+        reader, writer = await asyncio.open_connection("127.0.0.26", proxy.sockets[0].getsockname()[1])
+        got = []
+        for path in answers:
+            writer.write(
+                b"GET http://127.0.0.24:%d%s HTTP/1.1\r\nHost: x\r\nProxy-Connection: keep-alive\r\n\r\n"
+                % (port, path)
+            )
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            if path == b"/length":
+                got.append(head.split(b" ")[1] + await reader.readexactly(5))
+            elif path == b"/chunked":
+                got.append(head.split(b" ")[1] + await reader.readuntil(b"0\r\n\r\n"))
+            elif path == b"/empty":
+                got.append(head.split(b" ")[1])
+            else:
+                assert b"Connection: close" in head
+                got.append(head.split(b" ")[1] + await asyncio.wait_for(reader.read(), 5))
+        writer.close()
+    assert got == [b"200hello", b"2003\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", b"204", b"200until the end"]
+    assert {ip for ip, _ in seen} == {"127.0.0.25"}  # every request left from the exit's own address
+    assert all(b"Proxy-Connection" not in head and b"GET /" in head for _, head in seen)

@@ -170,6 +170,30 @@ async def test_a_hanging_proxy_fails_over_and_a_dead_one_is_marked(
         await good.close()
 
 
+async def test_connections_to_an_exit_are_kept_alive_and_a_restarted_exit_costs_no_failure(
+    site: BanningSite, gateway: Start
+) -> None:
+    exit = await ForwardProxy("127.0.0.41", "127.0.0.42").start()
+    try:
+        base = await gateway([exit], min_interval=0)
+        for i in range(6):
+            assert (await ask(base, site.url("a.test", f"/p/{i}"))).json()["status_code"] == 200
+        assert (exit.requests, exit.connections) == (6, 1)  # one connection carried all six
+        port = int(exit.url.rsplit(":", 1)[1])
+        await exit.close()  # the gateway's pooled connection to it is now dead
+        await exit.start(port)
+        for i in range(3):
+            env = (await ask(base, site.url("a.test", f"/p/{10 + i}"))).json()
+            assert env["status_code"] == 200 and env["exit"] == "e0", env
+        assert (exit.requests, exit.connections) == (9, 2)
+        async with httpx.AsyncClient(trust_env=False) as client:
+            metrics = (await client.get(f"{base}/metrics")).text
+        assert 'outcome="proxy_failed"' not in metrics  # the stale connection was not the exit's failure
+        assert 'crawler_gateway_exit_requests_total{exit="e0",outcome="answered"} 9.0' in metrics
+    finally:
+        await exit.close()
+
+
 async def test_bad_proxies_yaml_exits_2_naming_the_key(tmp_path: Path) -> None:
     from tests.support.services import REPO, crawler_command
 

@@ -14,13 +14,14 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from bench.exits import relay
+from bench.exits import serve_client
 
 
 class ForwardProxy:
     """A plain-HTTP forward proxy on `listen` whose upstream connections leave from `source`.
 
-    `hang` makes it accept and never answer; one request per client connection.
+    `hang` makes it accept and never answer; `requests` counts the requests it was sent and
+    `connections` the client connections they came on (kept alive between requests).
     """
 
     def __init__(self, listen: str, source: str, *, hang: bool = False) -> None:
@@ -28,8 +29,10 @@ class ForwardProxy:
         self.source = source
         self.hang = hang
         self.requests = 0
+        self.connections = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self._closed = asyncio.Event()
 
     @property
@@ -37,31 +40,40 @@ class ForwardProxy:
         assert self._server is not None
         return f"http://{self.listen}:{self._server.sockets[0].getsockname()[1]}"
 
-    async def start(self) -> ForwardProxy:
-        self._server = await asyncio.start_server(self._serve, self.listen, 0)
+    async def start(self, port: int = 0) -> ForwardProxy:
+        self._closed.clear()
+        self._server = await asyncio.start_server(self._serve, self.listen, port)
         return self
 
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
         self._closed.set()  # a hanging request ends (cancelling it would log an error)
+        for writer in self._writers:  # so does a connection kept alive between requests
+            writer.close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _count(self) -> None:
+        self.requests += 1
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        self._writers.add(writer)
+        self.connections += 1
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            self.requests += 1
             if self.hang:
+                await reader.readuntil(b"\r\n\r\n")
+                self.requests += 1
                 await self._closed.wait()
                 return
-            await relay(reader, writer, self.source, head)
+            await serve_client(reader, writer, self.source, self._count)
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
             self._tasks.discard(task)
+            self._writers.discard(writer)
             with contextlib.suppress(Exception):
                 writer.close()
 
