@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Callable
 
 CHUNK = 65536
 BAD_GATEWAY = b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 BODYLESS = frozenset({204, 304})
+IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)  # Linux's value
 
 
 class Unframed(Exception):
@@ -59,6 +61,23 @@ async def _copy_chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         await _copy(reader, writer, size + 2)  # the chunk and its CRLF
 
 
+async def _connect(host: str, port: int, source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to host:port leaving from `source`, its port chosen at connect time: a port bound
+    first would have to be free of every earlier connection's TIME_WAIT, and a busy exit runs out."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        if family == socket.AF_INET:
+            sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+        sock.bind((source, 0))
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return await asyncio.open_connection(sock=sock)
+
+
 async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, source: str, head: bytes) -> bool:
     """Forward one absolute-URI request (`head`, read already; its body still in `reader`) from
     `source`; True if the client's connection can carry another request. A 502 if it cannot be sent."""
@@ -73,9 +92,7 @@ async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sour
         sent = int(fields.get(b"content-length", b"0"))
         hostport, _, path = target.removeprefix("http://").partition("/")
         host, _, port = hostport.rpartition(":")
-        up_reader, up_writer = await asyncio.open_connection(
-            host.strip("[]"), int(port), local_addr=(source, 0)
-        )
+        up_reader, up_writer = await _connect(host.strip("[]"), int(port), source)
         try:
             kept = [h for h in lines if not h.lower().startswith((b"proxy-", b"connection", b"keep-alive"))]
             up_writer.write(f"{method} /{path} {version}\r\n".encode("latin-1") + b"\r\n".join(kept))
