@@ -22,7 +22,7 @@ ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"
 # Off by default, each needing something of yours (proxies; tokens), and documented in the README.
-OPTIONAL = {"gateway": "gateway", "api": "api"}
+OPTIONAL = {"gateway": "gateway", "gateway-render": "render", "api": "api"}
 
 
 def check_compose(path: Path) -> subprocess.CompletedProcess[str]:
@@ -43,20 +43,28 @@ def test_the_compose_file_passes_the_compose_schema() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_a_broken_compose_file_fails(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("where", "broken_by"),
+    [
+        ("stop_grace_period: 60s", "stop_grace_period: 60s\n    restart_policy: x"),
+        # In gateway-render: a key compose does not have, and a resource limit misspelt.
+        ("stop_grace_period: 90s", "stop_grace_period: 90s\n    shm: 1g"),
+        ('limits: {cpus: "2", memory: 1536M}', 'limits: {cpu: "2", memory: 1536M}'),
+    ],
+    ids=["consumer-unknown-key", "render-unknown-key", "render-bad-limit"],
+)
+def test_a_broken_compose_file_fails(where: str, broken_by: str, tmp_path: Path) -> None:
     broken = tmp_path / "compose.yaml"
-    text = COMPOSE.read_text().replace(
-        "stop_grace_period: 60s", "stop_grace_period: 60s\n    restart_policy: x"
-    )
-    assert text != COMPOSE.read_text()
-    broken.write_text(text)
+    text = COMPOSE.read_text()
+    assert text.count(where) == 1, where
+    broken.write_text(text.replace(where, broken_by))
     assert check_compose(broken).returncode != 0
 
 
 def test_the_stack_has_what_the_issue_lists() -> None:
     s = services()
     assert {"rabbitmq", "redis", "postgres", "migrate", "consumer", "seed", "prometheus", "grafana"} <= set(s)
-    assert {"gateway", "api"} <= set(s)
+    assert {"gateway", "gateway-render", "api"} <= set(s)
     assert "management" in s["rabbitmq"]["image"]
     assert "--appendonly" in s["redis"]["command"] and "yes" in s["redis"]["command"]
     assert s["consumer"]["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}

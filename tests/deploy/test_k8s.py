@@ -4,6 +4,7 @@ against deploy/schemas/keda.json), and the numbers the crawler's behaviour asks 
 from __future__ import annotations
 
 import copy
+import inspect
 import re
 import subprocess
 import sys
@@ -13,10 +14,14 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from crawler.config import load_config
-from crawler.gateway.server import GatewayMetrics
+from crawler.gateway.proxies import load_proxies
+from crawler.gateway.render import RenderConfig
+from crawler.gateway.render.metrics import RenderMetrics
+from crawler.gateway.server import MOST_TIMEOUT, GatewayMetrics
 from crawler.monitor.metrics import Metrics
 from crawler.names import Names
 from tests.deploy.test_monitoring import metric_names
@@ -27,6 +32,7 @@ ROOT = Path(__file__).parents[2]
 K8S = ROOT / "deploy" / "k8s"
 KEDA_SCHEMA = ROOT / "deploy" / "schemas" / "keda.json"
 OVERLAY = K8S / "overlays" / "example"
+RENDER_OVERLAY = K8S / "overlays" / "render"
 RABBITMQ = "../../autoscaling/rabbitmq"
 PROMETHEUS = "../../autoscaling/prometheus"
 KUBERNETES = "1.30.0"  # the oldest release still maintained when this was written
@@ -37,6 +43,8 @@ VARIANTS = {
     "example-prometheus": lambda: kustomize.build(OVERLAY, swap={RABBITMQ: PROMETHEUS}),
     "gateway": lambda: kustomize.build(K8S / "gateway"),
     "api": lambda: kustomize.build(K8S / "api"),
+    "render": lambda: kustomize.build(RENDER_OVERLAY),
+    "gateway-render": lambda: kustomize.build(K8S / "gateway-render"),
 }
 
 
@@ -71,7 +79,7 @@ def test_every_resource_passes_its_schema(variant: str, tmp_path: Path) -> None:
 
 def test_every_kustomization_names_files_that_exist() -> None:
     kustomizations = sorted(K8S.rglob("kustomization.yaml"))
-    assert len(kustomizations) >= 5
+    assert len(kustomizations) >= 8
     for path in kustomizations:
         data = yaml.safe_load(path.read_text())
         named = [*data.get("resources", []), *(p["path"] for p in data.get("patches", []))]
@@ -101,6 +109,24 @@ def test_a_broken_manifest_fails(break_it: Any, tmp_path: Path) -> None:
         validate(resources, tmp_path)
 
 
+RENDER_BREAKS: dict[str, Any] = {
+    # kubernetes-validate is strict: a misspelt emptyDir field fails, as the API server would refuse it.
+    "tmp-unknown-field": lambda pod: next(v for v in pod["volumes"] if v["name"] == "tmp")["emptyDir"].update(
+        {"size": "1Gi"}
+    ),
+    "share-pid-not-bool": lambda pod: pod.__setitem__("shareProcessNamespace", "yes"),
+    "probe-unknown-field": lambda pod: pod["containers"][0]["startupProbe"].__setitem__("failures", 24),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RENDER_BREAKS))
+def test_a_broken_rendering_gateway_fails(name: str, tmp_path: Path) -> None:
+    resources = copy.deepcopy(VARIANTS["render"]())
+    RENDER_BREAKS[name](_pod(resources, "crawler-gateway-render"))
+    with pytest.raises((kubernetes_validate.ValidationError, AssertionError)):
+        validate(resources, tmp_path)
+
+
 def test_secrets_are_referenced_never_included() -> None:
     for variant in VARIANTS.values():
         assert not [r for r in variant() if r["kind"] == "Secret"]
@@ -110,21 +136,26 @@ def test_secrets_are_referenced_never_included() -> None:
     assert "password" not in text.replace("user:password@", "")
 
 
-def _consumer(resources: list[Resource]) -> dict[str, Any]:
-    pod: dict[str, Any] = find(resources, "Deployment", "crawler-consumer")["spec"]["template"]["spec"]
+def _pod(resources: list[Resource], deployment: str) -> dict[str, Any]:
+    pod: dict[str, Any] = find(resources, "Deployment", deployment)["spec"]["template"]["spec"]
     return pod
+
+
+def _consumer(resources: list[Resource]) -> dict[str, Any]:
+    return _pod(resources, "crawler-consumer")
 
 
 def _option(args: list[str], name: str) -> str:
     return args[args.index(name) + 1]
 
 
-def test_the_consumers_drain_within_their_termination_grace() -> None:
-    resources = VARIANTS["example-rabbitmq"]()
+@pytest.mark.parametrize("overlay", [OVERLAY, RENDER_OVERLAY], ids=lambda p: p.name)
+def test_the_consumers_drain_within_their_termination_grace(overlay: Path) -> None:
+    resources = kustomize.build(overlay)
     pod = _consumer(resources)
     args = pod["containers"][0]["args"]
     assert args[0] == "crawler-consume"
-    config = load_config(OVERLAY / "domains.yaml")
+    config = load_config(overlay / "domains.yaml")
     longest_fetch = max([config.defaults.timeout, *(d.timeout or 0 for d in config.domains.values())])
     assert pod["terminationGracePeriodSeconds"] > float(_option(args, "--grace")) + longest_fetch
 
@@ -156,16 +187,19 @@ def test_every_deployment_has_a_disruption_budget() -> None:
             assert deployment["spec"]["selector"]["matchLabels"] in budgets
 
 
-def test_domains_yaml_is_a_configmap_mounted_as_a_directory_for_live_reload() -> None:
-    resources = VARIANTS["example-rabbitmq"]()
+@pytest.mark.parametrize("overlay", [OVERLAY, RENDER_OVERLAY], ids=lambda p: p.name)
+def test_domains_yaml_is_a_configmap_mounted_as_a_directory_for_live_reload(overlay: Path) -> None:
+    resources = kustomize.build(overlay)
     configmap = find(resources, "ConfigMap", "crawler-domains")
-    load_config(OVERLAY / "domains.yaml")  # the shipped example is a valid crawl configuration
+    load_config(overlay / "domains.yaml")  # the shipped example is a valid crawl configuration
     assert set(configmap["data"]) == {"domains.yaml"}
-    for workload in (
-        find(resources, "Deployment", "crawler-consumer"),
-        find(resources, "Job", "crawler-migrate"),
-        find(resources, "Deployment", "crawler-api"),
-    ):
+    # Every program but the gateways reads domains.yaml.
+    readers = [
+        r for r in resources if r["kind"] in ("Deployment", "Job") and "gateway" not in r["metadata"]["name"]
+    ]
+    expected = {"crawler-consumer", "crawler-migrate"} | ({"crawler-api"} if overlay == OVERLAY else set())
+    assert {r["metadata"]["name"] for r in readers} == expected
+    for workload in readers:
         pod = workload["spec"]["template"]["spec"]
         volume = next(v for v in pod["volumes"] if v.get("configMap"))
         assert volume["configMap"]["name"] == "crawler-domains"
@@ -229,3 +263,124 @@ def test_the_overlay_sets_namespace_and_image() -> None:
     assert {c["image"] for c in kustomize.containers(resources)} == {"registry.example/crawler:0.1.0"}
     consumer = _consumer(resources)["containers"][0]
     assert consumer["resources"]["limits"]["memory"] == "1Gi"  # the overlay's patch applied
+
+
+def test_the_render_overlay_sets_namespace_and_the_render_image_on_the_rendering_gateway_only() -> None:
+    resources = VARIANTS["render"]()
+    assert {r["metadata"].get("namespace") for r in resources if r["kind"] != "Namespace"} == {"crawler"}
+    images = {c["name"] + " " + c["image"] for c in kustomize.containers(resources)}
+    assert images == {
+        "consumer registry.example/crawler:0.1.0",
+        "migrate registry.example/crawler:0.1.0",
+        "gateway registry.example/crawler:0.1.0-render",
+    }
+    # The unmapped name stays distinct from the plain image's: kustomize maps an image by its name,
+    # whatever its tag, so `crawler:render` would be given the plain image's tag.
+    alone = kustomize.containers(VARIANTS["gateway-render"]())
+    assert [c["image"] for c in alone] == ["crawler-render"]
+    # The Dockerfile's target that has Chromium.
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    stage = dockerfile.split(" AS render\n", 1)[1].split("\nFROM ", 1)[0]
+    assert "chromium-headless-shell" in stage
+
+
+def _render_config(resources: list[Resource]) -> RenderConfig:
+    """The `render:` of the proxies.yaml the rendering gateway mounts (its ConfigMap), loaded."""
+    pod = _pod(resources, "crawler-gateway-render")
+    volume = next(v for v in pod["volumes"] if v["name"] == "proxies")
+    data = find(resources, "ConfigMap", volume["configMap"]["name"])["data"]
+    text = data["proxies.yaml"]
+    path = RENDER_OVERLAY / "proxies.yaml"
+    assert path.read_text() == text
+    names = set(re.findall(r"\w+_env: (\w+)", text))
+    render = load_proxies(str(path), {n: "k" * 32 for n in names}).config.render
+    assert render is not None, "the rendering gateway's proxies.yaml has no `render:`"
+    return render
+
+
+def _cpu(value: str) -> float:
+    return float(value[:-1]) / 1000 if value.endswith("m") else float(value)
+
+
+def _mib(value: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "M": 1e6 / 2**20, "G": 1e9 / 2**20}
+    unit = next(u for u in sorted(units, key=len, reverse=True) if value.endswith(u))
+    return float(value.removesuffix(unit)) * units[unit]
+
+
+# Measured for issue #15 (the gateway's whole process tree): one browser with 4 contexts sustained
+# ~7 renders/s on ~1.8 cores (~270 CPU-ms a render); peak PSS ~600 MB with 1 browser, ~730 MB with 2.
+CORES_PER_CONTEXT = 1.8 / 4
+PEAK_PSS_MB = {1: 600, 2: 730}
+PYTHON_AND_DRIVER_MB = 256  # beside the browsers: the gateway's Python and Playwright's Node.js
+
+
+def _peak_mib(browsers: int) -> float:
+    extra = PEAK_PSS_MB[2] - PEAK_PSS_MB[1]  # each further browser, extrapolated past 2
+    return (PEAK_PSS_MB[1] + extra * (browsers - 1)) * 1e6 / 2**20
+
+
+def test_the_rendering_gateway_is_sized_from_the_measured_figures() -> None:
+    resources = VARIANTS["render"]()
+    render = _render_config(resources)
+    container = _pod(resources, "crawler-gateway-render")["containers"][0]
+    requests, limits = container["resources"]["requests"], container["resources"]["limits"]
+    cores = CORES_PER_CONTEXT * render.browsers * render.contexts
+    assert _cpu(limits["cpu"]) >= _cpu(requests["cpu"]) >= cores * 0.99, (requests, limits, cores)
+    assert _mib(requests["memory"]) >= _peak_mib(render.browsers), requests
+    # A browser is replaced only once past max_rss_mb and idle: the limit must hold every browser at
+    # that size beside the rest, or the kernel kills the gateway first.
+    room = render.max_rss_mb * render.browsers + PYTHON_AND_DRIVER_MB
+    assert _mib(limits["memory"]) >= room, (limits, room)
+
+
+def test_the_rendering_gateway_has_a_writable_tmp_and_nothing_else() -> None:
+    pod = _pod(VARIANTS["render"](), "crawler-gateway-render")
+    container = pod["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    writable = [m for m in container["volumeMounts"] if not m.get("readOnly")]
+    # The renderer's launchers, Playwright's profiles and Chromium's shared memory files
+    # (--disable-dev-shm-usage) all go to tempfile's directory: /tmp, no TMPDIR being set.
+    assert [m["mountPath"] for m in writable] == ["/tmp"]
+    assert "TMPDIR" not in {e["name"] for e in container.get("env", [])}
+    assert "emptyDir" in volumes[writable[0]["name"]]
+    # PID 1 must reap Chromium's orphans, and Python does not.
+    assert pod["shareProcessNamespace"] is True
+
+
+def test_the_rendering_gateway_outlasts_its_drain_and_its_browser_launch() -> None:
+    resources = VARIANTS["render"]()
+    pod = _pod(resources, "crawler-gateway-render")
+    # crawler-gateway's runner keeps aiohttp's shutdown timeout: open requests get that long on SIGTERM,
+    # a render at most its `timeout` (capped by the gateway), then the browsers are closed.
+    shutdown = inspect.signature(web.BaseRunner.__init__).parameters["shutdown_timeout"].default
+    drain = min(float(shutdown), MOST_TIMEOUT)
+    config = load_config(RENDER_OVERLAY / "domains.yaml")
+    rendered = [r.timeout for r in config.rules.values() if r.renders]
+    assert rendered, "the render overlay's domains.yaml renders no domain"
+    assert pod["terminationGracePeriodSeconds"] > max([drain, *rendered])
+    # Liveness waits for the startup probe, which must cover the browsers' launch (concurrent, each
+    # within launch_timeout) before the port opens.
+    startup = pod["containers"][0]["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] > _render_config(resources).launch_timeout
+
+
+def test_the_render_scaler_reads_a_metric_only_a_rendering_gateway_exports() -> None:
+    resources = VARIANTS["render"]()
+    scaled = find(resources, "ScaledObject", "crawler-gateway-render")
+    assert scaled["spec"]["scaleTargetRef"]["name"] == "crawler-gateway-render"
+    meta = scaled["spec"]["triggers"][0]["metadata"]
+    names = metric_names(meta["query"])
+    registry = CollectorRegistry()
+    RenderMetrics(registry)
+    assert names and names <= exported_names(registry)
+    # ../gateway's replicas, scraped by the same Prometheus, must not add to it.
+    assert not names & exported_names(GatewayMetrics().registry)
+    # Busy contexts cannot pass browsers x contexts per replica: a threshold at or above it would
+    # never add a replica, however long pages wait for a context.
+    render = _render_config(resources)
+    assert 0 < float(meta["threshold"]) < render.browsers * render.contexts
+    assert scaled["spec"]["minReplicaCount"] >= 1  # at 0 nothing would export the metric
+    template = find(resources, "Deployment", "crawler-gateway-render")["spec"]["template"]
+    assert template["metadata"]["annotations"]["prometheus.io/scrape"] == "true"

@@ -9,6 +9,7 @@ import argparse
 import ast
 import contextlib
 import copy
+import inspect
 import io
 import re
 import tomllib
@@ -32,11 +33,13 @@ from crawler.gateway.server import Gateway
 from crawler.names import Names
 from crawler.settings import Settings
 from tests.deploy.test_compose import services
+from tests.deploy.test_k8s import CORES_PER_CONTEXT, PYTHON_AND_DRIVER_MB
 from tests.support import kustomize
 from tests.support.kustomize import Resource
 
 ROOT = Path(__file__).parents[2]
 OVERLAY = ROOT / "deploy" / "k8s" / "overlays" / "example"
+RENDER_OVERLAY = ROOT / "deploy" / "k8s" / "overlays" / "render"
 COMPOSE_DIR = ROOT / "deploy" / "compose"
 SCRIPTS: set[str] = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
 PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
@@ -190,7 +193,9 @@ async def check_probes(launch: Launch, gateway: set[str], api: Any) -> None:
 
 
 def all_launches() -> list[Launch]:
-    return k8s_launches(kustomize.build(OVERLAY)) + compose_launches(services())
+    # The render overlay's consumers come second: a mutation of "k8s crawler-consumer" hits the example's.
+    overlays = kustomize.build(OVERLAY) + kustomize.build(RENDER_OVERLAY)
+    return k8s_launches(overlays) + compose_launches(services())
 
 
 async def check_all(launches: list[Launch]) -> None:
@@ -210,6 +215,8 @@ def test_both_programs_are_deployed_everywhere() -> None:
     programs = [(launch.where.split()[0], launch.command[0]) for launch in all_launches()]
     for where in ("k8s", "compose"):
         assert (where, "crawler-gateway") in programs and (where, "crawler-api") in programs, where
+    wheres = {launch.where for launch in all_launches()}
+    assert {"k8s crawler-gateway-render", "compose gateway-render"} <= wheres
 
 
 async def test_every_launch_matches_the_program_it_runs() -> None:
@@ -231,6 +238,20 @@ MUTATIONS: dict[str, Callable[[list[Launch]], None]] = {
     "gateway-probe": lambda ls: _launch(ls, "compose gateway").probes.__setitem__("healthcheck", "/health"),
     "misspelt-env": lambda ls: _launch(ls, "k8s crawler-api").env.update(
         {"CRAWLER_API_TOKEN_FILE": _launch(ls, "k8s crawler-api").env.pop("CRAWLER_API_TOKENS_FILE")}
+    ),
+    "render-unknown-flag": lambda ls: _launch(ls, "k8s crawler-gateway-render").command.__setitem__(
+        3, "--render"
+    ),
+    "render-probe": lambda ls: _launch(ls, "k8s crawler-gateway-render").probes.__setitem__(
+        "startupProbe", "/readyz"
+    ),
+    "render-no-redis": lambda ls: _launch(ls, "k8s crawler-gateway-render").env.__delitem__(
+        "CRAWLER_REDIS_URL"
+    ),
+    # The host's port (8901) is not the one the gateway listens on in its container.
+    "compose-render-port": lambda ls: setattr(_launch(ls, "compose gateway-render"), "port", 8901),
+    "compose-render-probe": lambda ls: _launch(ls, "compose gateway-render").probes.__setitem__(
+        "healthcheck", "/metricz"
     ),
 }
 
@@ -304,3 +325,132 @@ def test_the_gateway_reads_proxies_yaml_from_its_mounted_configmap() -> None:
         {k: "x" * 32 for k in proxies_env_names(COMPOSE_DIR / "proxies.yaml")},
     )
     assert set(gateway["environment"]) >= proxies_env_names(COMPOSE_DIR / "proxies.yaml")
+
+
+# -- the rendering gateways ---------------------------------------------------------------------------
+
+
+def _compose_proxies(service: dict[str, Any]) -> Path:
+    """The host file behind the path the service's `--proxies` names, through its volume mounts."""
+    path: str = gateway_cli.build_parser().parse_args(service["command"][1:]).proxies
+    volumes: list[str] = service.get("volumes", [])
+    for volume in volumes:
+        source, target = volume.split(":")[:2]
+        if path.startswith(target + "/"):
+            return ROOT / "deploy" / source / path.removeprefix(target + "/")
+    raise AssertionError(f"{path} is in no volume the service mounts")
+
+
+def _renders(path: Path, keys: set[str]) -> bool:
+    """Whether the gateway given this proxies.yaml renders (its `render:`), the file loaded as it starts."""
+    assert proxies_env_names(path) <= keys, f"{path}: names variables the gateway is not given"
+    return load_proxies(str(path), {k: "x" * 32 for k in keys}).config.render is not None
+
+
+def _stage(target: str) -> str:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    return dockerfile.split(f" AS {target}\n", 1)[1].split("\nFROM ", 1)[0]
+
+
+def test_the_rendering_gateway_reads_a_proxies_yaml_that_renders_from_its_configmap() -> None:
+    resources = kustomize.build(RENDER_OVERLAY)
+    deployment = next(r for r in resources if r["metadata"]["name"] == "crawler-gateway-render")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    path = gateway_cli.build_parser().parse_args(container["args"][1:]).proxies
+    mount = next(m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/"))
+    assert "subPath" not in mount  # exits and keys are reloaded live
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    configmap = next(
+        r
+        for r in resources
+        if r["kind"] == "ConfigMap" and r["metadata"]["name"] == volume["configMap"]["name"]
+    )
+    name = path.rsplit("/", 1)[1]
+    assert configmap["data"][name] == (RENDER_OVERLAY / name).read_text()
+    # With the variables the README's `crawler-gateway` Secret gives it (envFrom), as it starts.
+    assert container["envFrom"] == [{"secretRef": {"name": "crawler-gateway"}}]
+    keys = _secret_keys((ROOT / "README.md").read_text(), "crawler-gateway")
+    assert _renders(RENDER_OVERLAY / name, keys)
+    # The plain gateway's file must not render: its image has no Chromium, and it would exit 2.
+    assert not _renders(OVERLAY / "proxies.yaml", keys)
+
+
+def test_the_render_overlays_consumers_reach_the_rendering_gateway() -> None:
+    resources = kustomize.build(RENDER_OVERLAY)
+    service = next(r for r in resources if r["kind"] == "Service")
+    assert service["metadata"]["name"] == "crawler-gateway-render"
+    deployment = next(r for r in resources if r["metadata"]["name"] == "crawler-gateway-render")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    port = next(p["port"] for p in service["spec"]["ports"] if p["targetPort"] == "http")
+    consumer = next(c for c in kustomize.containers(resources) if c["args"][0] == "crawler-consume")
+    env = {e["name"]: e for e in consumer["env"]}
+    assert env["CRAWLER_FETCH_API_URL"]["value"] == f"http://{service['metadata']['name']}:{port}/fetch"
+    ref = env["CRAWLER_FETCH_API_KEY"]["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == "crawler-gateway"
+    assert ref["key"] in proxies_env_names(RENDER_OVERLAY / "proxies.yaml")
+    # Its domains need it: without a rendered domain the overlay would show nothing.
+    config = load_config(RENDER_OVERLAY / "domains.yaml")
+    assert any(rules.renders for rules in config.rules.values())
+
+
+def test_the_compose_rendering_gateway_runs_the_render_target_with_a_proxies_yaml_that_renders() -> None:
+    s = services()
+    assert "chromium-headless-shell" in _stage("render") and "chromium" not in _stage("runtime")
+    plain, render = s["gateway"], s["gateway-render"]
+    assert render["profiles"] == ["render"]
+    assert render["build"]["target"] == "render" and plain["build"]["target"] == "runtime"
+    # One tag per target: with the same one, `--build` would leave whichever built last under it.
+    assert render["image"] != plain["image"]
+    assert _renders(_compose_proxies(render), set(render["environment"]))
+    assert not _renders(_compose_proxies(plain), set(plain["environment"]))
+
+
+def _mib(value: str) -> int:
+    """A Docker size (binary units: 512m, 1536M, 1g) in MiB."""
+    number, unit = re.fullmatch(r"(\d+)([mMgG])", value).groups()  # type: ignore[union-attr]
+    return int(number) * (1024 if unit in "gG" else 1)
+
+
+def test_the_compose_rendering_gateway_can_run_chromium_read_only() -> None:
+    render = services()["gateway-render"]
+    assert render["read_only"] is True and render["init"] is True  # init: PID 1 reaps Chromium's orphans
+    # Docker mounts a tmpfs noexec unless told: the renderer runs the launchers it writes there.
+    (tmp,) = render["tmpfs"]
+    path, _, options = tmp.partition(":")
+    flags = options.split(",")
+    assert path == "/tmp" and "exec" in flags and "noexec" not in flags
+    tmpfs = _mib(next(f for f in flags if f.startswith("size="))[5:])
+    config = load_proxies(
+        str(_compose_proxies(render)), {k: "x" * 32 for k in render["environment"]}
+    ).config.render
+    assert config is not None
+    # Sized as the Kubernetes pod, from the same measured figures: the cores its contexts keep busy,
+    # and every browser at max_rss_mb beside Python, the driver and a full tmpfs, which is memory
+    # counted in the same limit.
+    limit = render["deploy"]["resources"]["limits"]
+    assert float(limit["cpus"]) >= CORES_PER_CONTEXT * config.browsers * config.contexts
+    room = config.max_rss_mb * config.browsers + PYTHON_AND_DRIVER_MB + tmpfs
+    assert _mib(limit["memory"]) >= room, (limit, room)
+    # aiohttp's drain of open renders (its shutdown timeout), then the browsers' close.
+    shutdown = inspect.signature(web.BaseRunner.__init__).parameters["shutdown_timeout"].default
+    assert int(render["stop_grace_period"].removesuffix("s")) > shutdown
+
+
+async def test_compose_consumers_reach_the_gateway_deploy_env_names() -> None:
+    s = services()
+    url = s["consumer"]["environment"]["CRAWLER_FETCH_API_URL"]
+    match = re.fullmatch(r"http://\$\{FETCH_GATEWAY:-([\w-]+)\}:(\d+)(/\w+)", url)
+    assert match, url
+    default, port, route = match.group(1), int(match.group(2)), match.group(3)
+    example = (COMPOSE_DIR / "env.example").read_text()
+    assert re.findall(r"(?m)^FETCH_GATEWAY=([\w-]+)$", example) == [default]
+    # Either gateway env.example offers is a service that listens on that port and serves that route.
+    offered = set(re.findall(r"\b(gateway[\w-]*) \(`--profile", example))
+    assert offered == {"gateway", "gateway-render"} and default in offered
+    async with gateway_routes() as routes:
+        assert route in routes
+    for name in offered:
+        command = s[name]["command"]
+        assert command[0] == "crawler-gateway", name
+        assert gateway_cli.build_parser().parse_args(command[1:]).listen[1] == port, name
