@@ -250,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             asyncio.run(_proxy(listen, int(port), source))
         return
     parser = argparse.ArgumentParser(prog="python -m bench.gateway", description=__doc__.splitlines()[0])
-    parser.add_argument("--pages", type=int, default=250, help="pages per host (default %(default)s)")
+    parser.add_argument("--pages", type=int, default=1000, help="pages per host (default %(default)s)")
     parser.add_argument("--processes", type=int, default=2, help="crawler-consume processes (default 2)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/crawler-bench"), help="site, logs, databases")
     parser.add_argument("--timeout", type=float, default=900, help="seconds one run may take")
