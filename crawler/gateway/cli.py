@@ -17,7 +17,6 @@ from aiohttp import web
 
 from crawler import connections
 from crawler.errors import ConfigError, CrawlerError
-from crawler.eventloop import loop_factory
 from crawler.gateway.server import Gateway
 from crawler.monitor import logs
 from crawler.redact import redact
@@ -82,8 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("crawler").setLevel(logging.INFO if args.verbose else logging.WARNING)
     host, port = args.listen
     try:
-        with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            runner.run(serve(Settings.from_env(), args.proxies, host, port))
+        asyncio.run(serve(Settings.from_env(), args.proxies, host, port))
     except CrawlerError as exc:
         print(f"crawler-gateway: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
