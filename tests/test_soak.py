@@ -9,12 +9,13 @@ import pytest
 from bench.soak import Options, run
 
 
-@pytest.mark.timeout(240)  # ~30 s to boot a private RabbitMQ node, 3 minutes of crawl, the drain
+@pytest.mark.timeout(330)  # ~30 s to boot a private RabbitMQ node, up to 4 minutes of crawl, the drain
 def test_three_minutes_of_kills_and_a_broker_restart_lose_nothing_and_leak_nothing(tmp_path: Path) -> None:
-    # 4 hosts x 150 pages at 4 pages/s each: ~40 s of crawl undisturbed (~52 s with the kills on a
-    # quiet machine), ~1.5-2 min on a loaded one, with a SIGKILL every 12 s (at least three even
-    # then) and the broker's restart at 30 % of the pages; the run ends when every page is stored.
-    options = Options(minutes=3, kill_every=12, rate=4, pages=150, restart_at=0.3, work=tmp_path)
+    # 4 hosts x 150 pages at 2 pages/s each: 75 s of crawl at the least, however fast the machine,
+    # so the survivor's slopes are fitted over a minute past its warm-up (a 50-s crawl fitted its
+    # pools filling as a descriptor "leak"); ~2-3 min on a loaded machine, with a SIGKILL every 12 s
+    # and the broker's restart at 30 % of the pages; the run ends when every page is stored.
+    options = Options(minutes=3, kill_every=12, rate=2, pages=150, restart_at=0.3, work=tmp_path)
     report = run(options)
     print("\n" + report.text())
     o = report.outcome
