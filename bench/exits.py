@@ -116,13 +116,11 @@ async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sour
                 + (b"" if again else b"Connection: close\r\n")
                 + b"\r\n"
             )
-            if bodyless:
-                pass
-            elif chunked:
+            if chunked and not bodyless:
                 await _copy_chunked(up_reader, writer)
-            elif length is not None:
+            elif length is not None and not bodyless:
                 await _copy(up_reader, writer, int(length))
-            else:
+            elif not framed:
                 while chunk := await up_reader.read(CHUNK):
                     writer.write(chunk)
                     await writer.drain()
