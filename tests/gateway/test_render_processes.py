@@ -5,6 +5,7 @@ setpriv --pdeathsig)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -63,19 +64,26 @@ async def test_no_chromium_is_left_behind(tmp_path: Path, prefix: str, how: str)
             for pid in drivers:
                 os.kill(pid, signal.SIGKILL)
         gateway.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
-        _, err = gateway.communicate(timeout=60)
-        assert gateway.returncode == (0 if how == "sigterm" else -signal.SIGKILL), err
+        # Its exit, not the end of its pipes: a process left behind (what this test looks for) may
+        # hold them open, and is then named by the check below rather than hanging this wait.
+        await asyncio.to_thread(gateway.wait, 60)
         await until(
             lambda: [p for p in below if alive(p)],
             lambda left: not left,
             what="every process gone",
             within=30,
         )
+        _, err = gateway.communicate(timeout=30)
+        assert gateway.returncode == (0 if how == "sigterm" else -signal.SIGKILL), err
     finally:
         if gateway.poll() is None:
             gateway.kill()
-            gateway.communicate(timeout=30)
         for pid in [p for p in below if alive(p)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)  # a failed test leaves nothing running either
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            gateway.communicate(timeout=30)
+        for pipe in (gateway.stdout, gateway.stderr):  # closed even if something still holds them
+            if pipe is not None:
+                pipe.close()
         await exit_proxy.close()
