@@ -379,6 +379,7 @@ def run_crawler(bench: Bench, processes: int, sink: str = "sqlite") -> Result:
             _pg_pages(result, pg, started_at)
     if not pg:
         _crawler_pages(result, db, started_at)
+    result.notes += _ack_delays(out, processes)
     _memory(result, consumers)
     result.threads = [c.thread_split() for c in consumers]
     return result
@@ -405,6 +406,17 @@ def seed_and_consume(
         consumers.append(Child.start(f"consume {i}", [*_script("crawler-consume"), "--burst"], env, log))
     children.extend(consumers)
     return consumers
+
+
+def _ack_delays(out: Path, processes: int) -> list[str]:
+    """Each consumer's own account, as it logged when it stopped, of how soon it acked once done."""
+    notes = []
+    for i in range(processes):
+        log = out / f"consume-{i}.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        acked = [line for line in lines if line.startswith("acked: ")]
+        notes.append(f"consume {i} {acked[-1] if acked else 'logged no ack delays'}")
+    return notes
 
 
 def _crawl_id(seed_log: Path) -> str | None:

@@ -25,7 +25,7 @@ from rich.console import Console
 from crawler.config import CrawlConfig, load_config, with_dedup_mode
 from crawler.errors import CrawlerError
 from crawler.monitor import logs
-from crawler.monitor.metrics import DomainStats, Metrics
+from crawler.monitor.metrics import AckAfter, DomainStats, Metrics
 from crawler.monitor.progress import PROGRESS_SAMPLE_EVERY, Progress
 from crawler.monitor.status import render, status, watch
 from crawler.names import HEARTBEAT_TTL
@@ -136,6 +136,17 @@ def _summary(stats: dict[str, DomainStats], seconds: float) -> str:
     rate = total / seconds if seconds > 0 else 0.0
     lines.append(f"{total} pages in {seconds:.1f}s: {rate:.1f} pages/s")
     return "\n".join(lines)
+
+
+def _ack_delays(metrics: Metrics) -> str:
+    """How soon deliveries were acked once done: what a crash just before would have done again."""
+    parts = []
+    afters: dict[AckAfter, str] = {"commit": "their row's commit", "retry": "their retry copy"}
+    for after, what in afters.items():
+        count, p99 = metrics.ack_delay_quantile(0.99, after)
+        if p99 is not None:
+            parts.append(f"{count} after {what}, p99 {1000 * p99:.1f} ms")
+    return f"acked: {'; '.join(parts) if parts else 'none'}"
 
 
 async def _dead(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
@@ -400,6 +411,7 @@ def consume_main(argv: Sequence[str] | None = None) -> int:
     async def run() -> int:
         settings, config = _settings_and_config(args)
         started = time.monotonic()
+        monitoring = _monitoring(args)
         stats = await wiring.consume(
             settings,
             config,
@@ -408,9 +420,10 @@ def consume_main(argv: Sequence[str] | None = None) -> int:
             prefetch=args.prefetch,
             grace=args.grace,
             config_path=settings.config_path,
-            monitoring=_monitoring(args),
+            monitoring=monitoring,
         )
-        log.info("stopped\n%s", _summary(stats, time.monotonic() - started))
+        summary = _summary(stats, time.monotonic() - started)
+        log.info("stopped\n%s\n%s", summary, _ack_delays(monitoring.metrics))
         return EXIT_OK
 
     return _run(run)

@@ -24,6 +24,9 @@ ROBOTS_LOCK_TTL = 30  # one worker fetches a robots.txt for the fleet; others wa
 # A lost dedup store is rebuilt from the sink by one process holding this lock; it renews it after
 # each batch it streams, so a rebuilder that dies frees it for another within this long.
 REBUILD_LOCK_TTL = 30
+# A domain's rate bucket outlives its last use by at least this (more while it is paused or backed
+# off): a bucket asked within it and found missing was lost with Redis, not expired.
+BUCKET_KEPT = 60.0
 
 # A classic queue's priority levels cost memory per level; 0..9 is what domains.yaml allows.
 MAX_PRIORITY = 9

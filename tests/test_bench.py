@@ -127,6 +127,20 @@ def test_the_gateway_bench_says_which_target_it_missed() -> None:
     assert "(target >= 60%): MISSED" in text and "(target <= 1): MISSED" in text
 
 
+def test_the_crash_bench_counts_refetched_pages_and_the_busiest_windows() -> None:
+    from bench.crash import FAILING, Report, max_in_window
+
+    assert max_in_window([0.0, 0.5, 0.99, 1.0, 1.5, 5.0], 1.0) == 3  # [0, 1) holds three, [0.5, 1.5) too
+    assert max_in_window([], 1.0) == 0
+    log = [(0.0, "/robots.txt"), (0.1, "/"), (0.2, "/post/1"), (0.3, "/post/1"), (0.4, "/robots.txt")]
+    log += [(1.0, FAILING), (2.0, FAILING), (3.0, "/hang/1"), (13.0, "/hang/1")]
+    report = Report(requests={f"s{i}.test": list(log) for i in range(1, 6)}, pages=5)
+    # robots.txt (its cache starts over), the failing page and the hanging one do not count.
+    assert report.refetched() == {f"s{i}.test/post/1": 1 for i in range(1, 6)}
+    text = report.text()
+    assert "fetched again with 200: 5" in text and f"{FAILING} requested 2 times (at most 4)" in text
+
+
 def test_the_scaling_bench_fits_the_rss_slope_per_10k_pages() -> None:
     from bench.scaling import rss_slope
 

@@ -39,6 +39,12 @@ from crawler.sink.sql import PageRecord
 
 FETCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# Acks follow their commit by the links' confirms, a Redis write and a frame. Bounds at most 1.67x
+# apart, so a quantile read from them is within that of the truth.
+ACK_BUCKETS = (
+    *(0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075),
+    *(0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0),
+)
 
 _ERROR_KINDS: tuple[tuple[type[FetchError], str], ...] = (
     (FetchTimeout, "timeout"),
@@ -91,6 +97,9 @@ class Visited(Protocol):
 
 
 OutcomeKind = Literal["ok", "failed", "dead", "retried", "invalid", "skipped", "cancelled"]
+
+AckAfter = Literal["commit", "retry"]
+"""What an ack delay runs from: the page's row committed, or its retry copy confirmed by the broker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +199,14 @@ class Metrics:
             "Time spent waiting for a rate-limit token before a fetch",
             ["domain"],
             buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.ack_delay = Histogram(
+            "crawler_ack_delay_seconds",
+            "Time from a delivery's work being done (row committed, or retry copy confirmed) to its ack: "
+            "what a crash in between would do again",
+            ["after"],
+            buckets=ACK_BUCKETS,
             registry=r,
         )
         self.inflight = Gauge(
@@ -315,6 +332,10 @@ class Metrics:
         """Time a fetch to `domain` waited for a rate-limit token (called by the rate limiter)."""
         self.rate_wait.labels(domain).observe(seconds)
 
+    def observe_ack_delay(self, after: AckAfter, seconds: float) -> None:
+        """The time from a delivery's work being done to its ack being written."""
+        self.ack_delay.labels(after).observe(seconds)
+
     def add_credits(self, backend: str, n: float) -> None:
         """Credits a paid fetch backend spent (called by the backend)."""
         self.credits.labels(backend).inc(n)
@@ -398,6 +419,26 @@ class Metrics:
         return {
             domain: DomainStats(**{k: int(v) for k, v in c.items()}) for domain, c in counts.items() if domain
         }
+
+    def ack_delay_quantile(self, q: float, after: AckAfter) -> tuple[int, float | None]:
+        """How many acks were observed after `after`, and their `q` quantile in seconds (None if none),
+        interpolated within its bucket as Prometheus' histogram_quantile does."""
+        buckets = sorted(
+            (float(s.labels["le"]), s.value)
+            for s in _samples(self.ack_delay)
+            if s.name.endswith("_bucket") and s.labels.get("after") == after
+        )
+        count = int(buckets[-1][1]) if buckets else 0
+        if count == 0:
+            return 0, None
+        rank, lower, below = q * count, 0.0, 0.0
+        for upper, cumulative in buckets:
+            if cumulative >= rank:
+                if upper == float("inf"):
+                    return count, lower  # past the last bound: the last bound is all that is known
+                return count, lower + (upper - lower) * (rank - below) / (cumulative - below)
+            lower, below = upper, cumulative
+        return count, lower
 
     def health(self, max_age: float = HEARTBEAT_TTL, now: float | None = None) -> tuple[bool, str]:
         """Whether the last heartbeat is at most `max_age` seconds old, and a line saying so."""

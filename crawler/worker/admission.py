@@ -19,21 +19,27 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from crawler.config import Rules
-from crawler.fetch.ratelimit import TAKE, RateLimiter
+from crawler.fetch.ratelimit import TAKE, TAKE_ARGS, RateLimiter
 from crawler.fetch.robots import Robots
 from crawler.names import Names
 from crawler.worker.page import Admitted, budget
 
 # Runs before TAKE and returns early when the page is not to be fetched, so a refused page takes no
 # token. KEYS[1] the bucket (TAKE's), KEYS[2] the cancelled crawls, KEYS[3] the domain's page count,
-# KEYS[4] the crawl's. ARGV[1..4] TAKE's, ARGV[5] the crawl id ('' none), ARGV[6] '1' to count the page,
-# ARGV[7] the domain's max_pages, ARGV[8] the crawl's ('' none).
+# KEYS[4] the crawl's. ARGV[1..TAKE_ARGS] TAKE's, then the crawl id ('' none), '1' to count the page,
+# the domain's max_pages and the crawl's ('' none).
 _ADMIT = (
-    """
-if ARGV[5] ~= '' and redis.call('SISMEMBER', KEYS[2], ARGV[5]) == 1 then return {-1, '0'} end
-if ARGV[6] == '1' then
-  if redis.call('INCR', KEYS[3]) > tonumber(ARGV[7]) then return {-2, '0'} end
-  if ARGV[8] ~= '' and redis.call('INCR', KEYS[4]) > tonumber(ARGV[8]) then return {-3, '0'} end
+    f"""
+local crawl, count = ARGV[{TAKE_ARGS + 1}], ARGV[{TAKE_ARGS + 2}]
+local max_pages, crawl_max_pages = ARGV[{TAKE_ARGS + 3}], ARGV[{TAKE_ARGS + 4}]
+"""
+    + """
+if crawl ~= '' and redis.call('SISMEMBER', KEYS[2], crawl) == 1 then return {-1, '0'} end
+if count == '1' then
+  if redis.call('INCR', KEYS[3]) > tonumber(max_pages) then return {-2, '0'} end
+  if crawl_max_pages ~= '' and redis.call('INCR', KEYS[4]) > tonumber(crawl_max_pages) then
+    return {-3, '0'}
+  end
 end
 """
     + TAKE

@@ -98,7 +98,7 @@ class Consumer:
         )
         self.watcher = ConfigWatcher(config_path, self.apply, tuning.config_poll) if config_path else None
         self._pipeline: Pipeline | None = None  # made in run(): it needs the publishing channel
-        self._settling = Settling(parts.seen, parts.crawls)
+        self._settling = Settling(parts.seen, parts.crawls, self.metrics)
         self._publisher: AbstractRobustChannel | None = None
         self._inflight = 0
         self._idle = asyncio.Event()

@@ -36,7 +36,7 @@ from crawler.worker.cost import Cost
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import Outcome, Visitor, hop_id
 from crawler.worker.parking import Parking, attempts_of
-from crawler.worker.settling import Counts, Settling
+from crawler.worker.settling import Counts, Done, Settling
 
 log = logging.getLogger(__name__)
 pages_log = logging.getLogger("crawler.pages")  # one line per page outcome: verbose
@@ -162,10 +162,14 @@ class Pipeline:
         delay = self._delay(domain, attempts, failure)
         if failure is not None and delay is not None:
             await self._parking.retry(message, domain, attempts, delay, failure)
+            parked = Done("retry", time.monotonic())
             self._log("retry", outcome, crawl, attempts, delay=round(delay.seconds, 1))
             counts = self._changes(crawl.crawl, message, domain, "retried")
-            return await self._done(message, domain, "retried", crawl=crawl.crawl, counts=counts)
+            return await self._done(
+                message, domain, "retried", crawl=crawl.crawl, counts=counts, done_at=parked
+            )
         await short_retries(SinkError, lambda: self._writes.store(outcome.record), self._wait)
+        committed = Done("commit", time.monotonic())
         routed: list[Routed] = []
         if outcome.links:
             routed.append(
@@ -196,6 +200,7 @@ class Pipeline:
             crawl=crawl.crawl,
             counts=counts,
             confirms=confirms,
+            done_at=committed,
         )
 
     async def _admit(
@@ -320,9 +325,10 @@ class Pipeline:
         crawl: str | None = None,
         counts: Counts | None = None,
         confirms: Sequence[bytes] = (),
+        done_at: Done | None = None,
     ) -> None:
         """Confirm the page's links and count it in its crawl, then ack it; counted once it is acked."""
-        await self._settling.ack(message, crawl, counts, confirms)
+        await self._settling.ack(message, crawl, counts, confirms, done_at)
         if lost(message):  # the ack could not go: the broker delivers it again, and it is counted then
             return
         self._metrics.observe_outcome(domain, kind, status, reason)
@@ -333,9 +339,10 @@ class Pipeline:
         tier = self._live.rules(domain).retry_delays[-1]
         try:
             await self._parking.retry(message, domain, attempts_of(message), Delay(tier, tier), failure)
+            parked = Done("retry", time.monotonic())
             crawl = _crawl_of(message)
             counts = self._changes(crawl, message, domain, "retried")
-            await self._done(message, domain, "retried", crawl=crawl, counts=counts)
+            await self._done(message, domain, "retried", crawl=crawl, counts=counts, done_at=parked)
             return True
         except Exception as exc:
             log.warning("%s: cannot park the message (%r); the broker will deliver it again", domain, exc)

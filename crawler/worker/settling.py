@@ -1,17 +1,20 @@
 """Deliveries ended in groups: their links' dedup confirms and their crawl counts written together,
-then one ack per channel for every delivery finished so far (`multiple`).
+then each delivery acked at once, whatever else is in flight on its channel.
 
 A delivery comes here only once its row is committed and its links are confirmed by the broker, so
-acking it keeps the rule "ack after commit and confirm". A `multiple` ack covers every delivery tag
-up to its own on its channel, so it is sent only up to the first delivery still in flight there: a
-delivery still being worked on, or one settled otherwise (nacked, rejected), is never covered.
+acking it keeps the rule "ack after commit and confirm". A group's deliveries that come before every
+delivery still open on their channel go as one `multiple` ack; the others are acked one by one, so no
+ack waits behind a slow fetch, a rate wait or a paused domain. A `multiple` ack covers every
+outstanding tag up to its own, so a tag stays open until its own ack or nack is queued on the
+connection (which writes frames in order): no `multiple` ack ever covers a delivery still being
+worked on, or one being settled otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,11 +23,20 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from crawler.dedup.store import SeenStore
 from crawler.frontier.crawls import CrawlState
+from crawler.monitor.metrics import AckAfter, Metrics
 
 log = logging.getLogger(__name__)
 
 Counts = Mapping[tuple[str, str], int]
 """Changes to a crawl's counts, keyed (domain, kind)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """When a delivery's work was done, for the ack delay: its row committed, or its retry copy confirmed."""
+
+    after: AckAfter
+    at: float  # time.monotonic()
 
 
 @dataclass(slots=True)
@@ -33,32 +45,32 @@ class _Ending:
     crawl: str | None
     counts: Counts
     confirms: Sequence[bytes]
+    done_at: Done | None
     done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
 @dataclass(slots=True)
 class _Channel:
-    """A channel's deliveries in the order they came, and which of them are finished."""
+    """A channel's deliveries not yet acked or settled otherwise, by delivery tag, in delivery order."""
 
-    delivered: deque[AbstractIncomingMessage] = field(default_factory=deque)
-    finished: set[int] = field(default_factory=set)  # delivery tags: to ack here, or settled otherwise
-    upto: int = 0  # every delivery up to this tag is acked or settled (tags grow per channel)
+    open: dict[int, None] = field(default_factory=dict)
 
 
 class Settling:
-    """Ends a consumer's deliveries: confirms and counts per group, then `multiple` acks per channel."""
+    """Ends a consumer's deliveries: confirms and counts per group, then each one's ack at once."""
 
-    def __init__(self, seen: SeenStore, crawls: CrawlState | None) -> None:
+    def __init__(self, seen: SeenStore, crawls: CrawlState | None, metrics: Metrics | None = None) -> None:
         self._seen = seen
         self._crawls = crawls  # None: counts are not kept (tests)
+        self._metrics = metrics  # None: ack delays are not observed (tests)
         self._channels: dict[Any, _Channel] = {}
         self._queue: list[_Ending] = []
         self._flusher: asyncio.Task[None] | None = None
 
     def delivered(self, message: AbstractIncomingMessage) -> None:
-        """Note a delivery, in the order they arrive: acks never pass one not yet finished."""
+        """Note a delivery, in the order they arrive: a `multiple` ack never covers one still open."""
         channel = _channel_of(message)
-        if channel is None:
+        if channel is None or message.delivery_tag is None:
             return
         state = self._channels.get(channel)
         if state is None:
@@ -66,7 +78,7 @@ class Settling:
             for old in [c for c in self._channels if c.is_closed]:
                 del self._channels[old]
             state = self._channels[channel] = _Channel()
-        state.delivered.append(message)
+        state.open[message.delivery_tag] = None
 
     async def ack(
         self,
@@ -74,35 +86,32 @@ class Settling:
         crawl: str | None = None,
         counts: Counts | None = None,
         confirms: Sequence[bytes] = (),
+        done_at: Done | None = None,
     ) -> None:
         """Confirm `confirms` in `crawl`'s dedup store, add `counts` to its counts, then ack the message.
 
         Returns once that is done for its group; raises if the confirms or counts failed (then the
-        message is not acked). The ack itself may wait for earlier deliveries of its channel.
+        message is not acked). `done_at` says when its work was done, for the ack delay's metric.
         """
-        ending = _Ending(message, crawl, counts or {}, confirms)
+        ending = _Ending(message, crawl, counts or {}, confirms, done_at)
         self._queue.append(ending)
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush())
         await asyncio.shield(ending.done)
 
     async def finished(self, message: AbstractIncomingMessage) -> None:
-        """A delivery is over: if it was settled otherwise (nacked), later ones may now be acked.
-
-        One that was neither acked nor settled goes back to its queue, or no ack could pass it.
-        """
+        """A delivery is over. One that was neither acked nor settled goes back to its queue."""
         channel = _channel_of(message)
         state = self._channels.get(channel) if channel is not None else None
         tag = message.delivery_tag
-        if state is None or tag is None or tag <= state.upto or tag in state.finished:
+        if state is None or tag is None or tag not in state.open:
             return
         if not message.processed:
             try:
                 await message.nack(requeue=True)
             except Exception as exc:  # the channel is gone: the broker returns it all the same
                 log.debug("nack of an unfinished delivery failed (%r)", exc)
-        state.finished.add(tag)
-        await self._ack_finished(channel, state)
+        state.open.pop(tag, None)  # only now: until its nack is written, no `multiple` ack may cover it
 
     async def _flush(self) -> None:
         try:
@@ -121,18 +130,18 @@ class Settling:
                 if not ending.done.done():
                     ending.done.set_exception(exc)
             return
-        touched = {}
+        by_channel: dict[Any, list[int]] = {}
         for ending in group:
-            message = ending.message
-            channel = _channel_of(message)
+            channel = _channel_of(ending.message)
             state = self._channels.get(channel) if channel is not None else None
-            if state is not None and message.delivery_tag is not None and message.delivery_tag > state.upto:
-                state.finished.add(message.delivery_tag)
-                touched[channel] = state
+            tag = ending.message.delivery_tag
+            if state is not None and tag is not None and tag in state.open:
+                by_channel.setdefault(channel, []).append(tag)
             else:  # not noted as delivered (or its channel closed): on its own
-                await _ack_one(message)
-        for channel, state in touched.items():
-            await self._ack_finished(channel, state)
+                await _ack_one(ending.message)
+        for channel, tags in by_channel.items():
+            await self._ack_channel(channel, self._channels[channel], tags)
+        self._observe(group)
         for ending in group:
             if not ending.done.done():
                 ending.done.set_result(None)
@@ -156,22 +165,38 @@ class Settling:
         elif calls:
             await asyncio.gather(*calls)
 
-    async def _ack_finished(self, channel: Any, state: _Channel) -> None:
-        """Ack, with one `multiple` ack, the finished deliveries before the first unfinished one."""
-        last: AbstractIncomingMessage | None = None
-        while state.delivered and state.delivered[0].delivery_tag in state.finished:
-            message = state.delivered.popleft()
-            state.finished.discard(message.delivery_tag)
-            state.upto = message.delivery_tag or state.upto
-            if not message.processed:
-                last = message
-        if last is None:
-            return
+    async def _ack_channel(self, channel: Any, state: _Channel, tags: list[int]) -> None:
+        """Ack one channel's part of a group: one `multiple` ack for those at the head of its open
+        deliveries, a single ack for each of the others."""
+        acking = set(tags)
+        covered = None
+        for tag in state.open:  # in delivery order, so the others all come after `covered`
+            if tag not in acking:
+                break
+            covered = tag
+        acks = [(tag, False) for tag in tags if covered is None or tag > covered]
+        if covered is not None:
+            acks.insert(0, (covered, True))
         try:
-            await last.ack(multiple=True)
+            # The connection writes frames in the order they are queued, so a later `multiple` ack
+            # or nack can never pass these; waiting for the last one's write paces the groups: what
+            # ends meanwhile joins the next group, and shares its Redis write.
+            for i, (tag, multiple) in enumerate(acks, 1):
+                await channel.basic_ack(tag, multiple=multiple, wait=i == len(acks))
         except Exception as exc:  # the channel closed: the broker delivers these again
             log.debug("ack failed (%r); the broker will deliver those messages again", exc)
             self._channels.pop(channel, None)
+            return
+        for tag in tags:
+            state.open.pop(tag, None)
+
+    def _observe(self, group: list[_Ending]) -> None:
+        if self._metrics is None:
+            return
+        now = time.monotonic()
+        for ending in group:
+            if ending.done_at is not None:
+                self._metrics.observe_ack_delay(ending.done_at.after, now - ending.done_at.at)
 
 
 async def _ack_one(message: AbstractIncomingMessage) -> None:

@@ -8,26 +8,16 @@ from pathlib import Path
 
 from redis.asyncio import Redis
 
+from bench.crash import max_in_window
 from crawler.config import load_config
 from crawler.fetch.ratelimit import Budget, RateLimiter
-from crawler.names import Names
+from crawler.names import BUCKET_KEPT, Names
 from crawler.worker import wiring
 from demo.site import Reply, Site, free_port, page, serve
 from tests.support.crawls import consumer, finish, rows
 from tests.support.services import settings_for
 from tests.support.sites import IPS, write_config
 from tests.support.wait import until
-
-
-def max_in_window(times: list[float], window: float) -> int:
-    """The most requests seen in any window of `window` seconds."""
-    times = sorted(times)
-    best, j = 0, 0
-    for i, start in enumerate(times):
-        while j < len(times) and times[j] < start + window:
-            j += 1
-        best = max(best, j - i)
-    return best
 
 
 async def test_takers_share_one_budget(redis: Redis, prefix: str) -> None:
@@ -45,6 +35,43 @@ async def test_takers_share_one_budget(redis: Redis, prefix: str) -> None:
     for window in (0.25, 0.5, 1.0):
         assert max_in_window(granted, window) <= 20 * window + 3 + 1
     assert max(granted) - min(granted) >= (40 - 3) / 20 * 0.9
+
+
+async def test_a_bucket_lost_while_takers_hold_reservations_grants_no_more_than_the_limit(
+    redis: Redis, prefix: str
+) -> None:
+    names = Names(prefix)
+    limiter = RateLimiter(redis, names)
+    budget = Budget(rate=20, burst=3, recovery=10)
+    granted: list[float] = []
+
+    async def taker() -> None:
+        for _ in range(15):
+            await limiter.acquire("s.test", lambda: budget)
+            granted.append(time.monotonic())
+
+    async def lose() -> None:
+        await until(lambda: len(granted) >= 20, every=0.01)
+        await redis.delete(names.bucket_key("s.test"))  # what a flush or an empty restart does to it
+
+    await asyncio.gather(lose(), *(taker() for _ in range(4)))  # 60 requests, some still reserved
+    assert len(granted) == 60
+    for window in (0.5, 1.0, 2.0):
+        assert max_in_window(granted, window) <= 20 * window + 3 + 1, window
+
+
+async def test_a_bucket_left_to_expire_starts_full_again(redis: Redis, prefix: str) -> None:
+    names = Names(prefix)
+    now = [0.0]
+    limiter = RateLimiter(redis, names, clock=lambda: now[0])
+    budget = Budget(rate=1, burst=3, recovery=10)
+    await limiter.acquire("s.test", lambda: budget)
+    await redis.delete(names.bucket_key("s.test"))
+    now[0] += BUCKET_KEPT  # its last ask was as long ago as a bucket is kept: it expired, not lost
+    started = time.monotonic()
+    for _ in range(3):
+        await limiter.acquire("s.test", lambda: budget)
+    assert time.monotonic() - started < 0.5  # the whole burst at once, not one a second
 
 
 async def test_slow_down_halves_the_rate_and_pauses(redis: Redis, prefix: str) -> None:

@@ -66,6 +66,7 @@ def exercised() -> Metrics:
         Routed(published=["x", "y"], seen=3, out_of_scope=1, too_deep=1, traps=2, over_quota=4, invalid=1),
     )
     m.observe_rate_wait("a.test", 0.3)
+    m.observe_ack_delay("commit", 0.002)
     m.add_credits("scraping-api", 2)
     m.message_started("a.test")
     m.observe_queue("crawler.domain.a.test", "domain", "a.test", 7, 2)
@@ -188,6 +189,22 @@ def test_the_metrics_doc_lists_exactly_the_exported_metrics() -> None:
     assert listed == families
 
 
+def test_the_ack_delay_quantile_is_read_from_the_histogram_as_prometheus_does() -> None:
+    metrics = Metrics(process=False)
+    assert metrics.ack_delay_quantile(0.99, "commit") == (0, None)
+    for _ in range(98):
+        metrics.observe_ack_delay("commit", 0.0003)  # the first bucket: up to 0.5 ms
+    metrics.observe_ack_delay("commit", 0.0012)  # 1-1.5 ms
+    metrics.observe_ack_delay("commit", 7.0)  # 5-7.5 s
+    metrics.observe_ack_delay("retry", 0.004)  # 3-5 ms
+    assert metrics.ack_delay_quantile(0.5, "commit") == (100, pytest.approx(0.0005 * 50 / 98))
+    assert metrics.ack_delay_quantile(0.99, "commit") == (100, pytest.approx(0.0015))
+    assert metrics.ack_delay_quantile(1.0, "commit") == (100, pytest.approx(7.5))
+    assert metrics.ack_delay_quantile(0.99, "retry") == (1, pytest.approx(0.003 + 0.002 * 0.99))
+    metrics.observe_ack_delay("retry", 99.0)  # past the last bound: that bound is all that is known
+    assert metrics.ack_delay_quantile(1.0, "retry") == (2, 30.0)
+
+
 def test_health_is_the_age_of_the_last_heartbeat() -> None:
     m = Metrics(process=False)
     assert m.health(30, now=1000.0) == (False, "no heartbeat yet")
@@ -280,6 +297,9 @@ async def test_counts_of_a_crawl_match_the_sink_retries_and_dead_letters_include
     assert total(samples, "crawler_dedup_misses_total") == len(rows) - 2  # all but the two seeds
     assert total(samples, "crawler_inflight_messages") == 0
     assert total(samples, "crawler_heartbeat_timestamp_seconds") > 0
+    # Every stored page's ack timed from its commit, every retry's from its copy's confirm.
+    assert total(samples, "crawler_ack_delay_seconds_count", after="commit") == len(rows)
+    assert total(samples, "crawler_ack_delay_seconds_count", after="retry") == 2
 
 
 async def scrape(port: int) -> Samples | None:

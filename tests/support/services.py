@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import httpx
 import redis
@@ -147,6 +147,24 @@ async def queue_depth(amqp_url: str, queue: str) -> int:
         channel = await connection.channel()
         declared = await channel.declare_queue(queue, passive=True)
         return declared.declaration_result.message_count or 0
+
+
+def unacked(amqp_url: str, queue: str) -> int:
+    """Messages of a queue delivered and not yet acked, asked of the node itself (the management
+    API's figures are up to 5 s old)."""
+    vhost_name = unquote(amqp_url.rsplit("/", 1)[1])
+    out = subprocess.run(
+        ["rabbitmqctl", "list_queues", "-p", vhost_name, "name", "messages_unacknowledged", "--quiet"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    for line in out.splitlines():
+        name, _, count = line.rpartition("\t")
+        if name == queue:
+            return int(count)
+    raise AssertionError(f"queue {queue!r} not found in vhost {vhost_name!r}: {out!r}")
 
 
 def restart_rabbitmq() -> None:

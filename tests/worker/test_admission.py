@@ -8,6 +8,7 @@ import time
 
 from redis.asyncio import Redis
 
+from bench.crash import max_in_window
 from crawler.config import CrawlConfig, Rules
 from crawler.fetch.fetcher import BoundedFetcher
 from crawler.fetch.ratelimit import RateLimiter
@@ -18,7 +19,6 @@ from crawler.names import Names
 from crawler.worker.admission import Admission, Checked
 from crawler.worker.page import budget
 from crawler.worker.wiring import make_fetcher
-from tests.fetch.test_ratelimit import max_in_window
 
 CONFIG = CrawlConfig.model_validate({"domains": {"a.test": {}}})
 

@@ -7,7 +7,9 @@ import json
 import logging
 import signal
 import subprocess
+import threading
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -26,9 +28,9 @@ from crawler.worker import wiring
 from crawler.worker.concurrency import short_retries
 from crawler.worker.consumer import Consumer
 from crawler.worker.tuning import Tuning
-from demo.site import Site, free_port, page, serve
+from demo.site import Reply, Route, Site, free_port, page, serve
 from tests.support.crawls import consumer, finish, seed, stored
-from tests.support.services import crawler_command, env_for, settings_for
+from tests.support.services import crawler_command, env_for, settings_for, unacked
 from tests.support.sites import IPS, after_requests, reachable, shops, slow, write_config
 from tests.support.wait import until
 
@@ -76,6 +78,49 @@ async def test_a_consumer_killed_mid_crawl_loses_nothing(
         await asyncio.to_thread(finish, consumer(settings, "--burst"))
     rows = [r[0] for r in stored(sqlite_url)]
     assert sorted(rows) == sorted(reachable(sites))
+
+
+async def test_a_consumer_killed_behind_a_hanging_fetch_refetches_only_what_was_in_flight(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    # /hang, first in the queue, answers only once the consumer is dead: every other delivery of
+    # its channel finishes behind it, and /fail spends its attempts there too.
+    pages = [f"/p/{i}" for i in range(30)]
+    released = threading.Event()
+
+    def hang(count: int) -> Reply:
+        if count == 0:
+            released.wait(90)
+        return page("slow", [])
+
+    host = "a.test"
+    routes: dict[str, Route] = {"/": page("home", ["/hang", "/fail", *pages])}
+    routes.update({p: page(p, []) for p in pages})
+    routes["/hang"] = hang
+    routes["/fail"] = Reply(500)
+    site = Site(host, IPS[host], free_port(IPS[host]), routes)
+    retry_delays = [0.2, 0.4]
+    config = write_config(tmp_path / "d.yaml", [site], timeout=60, retry_delays=retry_delays)
+    settings = settings_for(amqp_url, prefix, sqlite_url, config)
+    queue = Names(prefix).domain_queue(host)
+    with serve(site):
+        await seed(settings, site.url())
+        victim = consumer(settings, "--prefetch", "8")
+        try:
+            # Everything but /hang stored (/fail after its last attempt), and acked: /hang alone is out.
+            await until(lambda: site.hits("/fail"), lambda n: n == len(retry_delays) + 1, what="/fail")
+            await until(lambda: len(stored(sqlite_url)), lambda n: n == len(pages) + 2, what="rows stored")
+            await until(lambda: unacked(amqp_url, queue), lambda n: n == 1, within=30, what="acked")
+        finally:
+            victim.send_signal(signal.SIGKILL)
+            await asyncio.to_thread(victim.communicate, timeout=30)
+            released.set()
+        await asyncio.to_thread(finish, consumer(settings, "--burst"))
+    requests = Counter(path for _, path in site.requests)
+    # The one delivery in flight at the kill is the one fetched again.
+    assert {p: n for p, n in requests.items() if n > 1 and p != "/fail"} == {"/hang": 2}
+    assert requests["/fail"] == len(retry_delays) + 1  # one lineage of attempts, across the crash
+    assert sorted(r[0] for r in stored(sqlite_url)) == sorted(site.url(p) for p in routes)
 
 
 async def test_sigterm_finishes_in_flight_work_and_exits_0(

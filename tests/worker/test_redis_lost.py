@@ -1,5 +1,6 @@
 """Redis restarted empty mid-crawl (it keeps nothing on disk): the crawl ends with every page stored
-once and no page of the site fetched twice, checked from the site's request log and the sink."""
+once, no page of the site fetched twice and the domain's rate kept, checked from the site's request
+log and the sink."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.crash import max_in_window
 from demo.site import Site, serve
-from tests.support.crawls import consumer, stored
+from tests.fetch.test_ratelimit import leaf_site
+from tests.support.crawls import consumer, finish, stored
 from tests.support.redis_server import PrivateRedis
 from tests.support.services import run, settings_for
 from tests.support.sites import after_requests, reachable, shops, slow, write_config
@@ -82,3 +85,30 @@ async def test_redis_restarted_empty_mid_crawl_refetches_nothing_and_stores_each
     assert set(rows) == expected
     assert duplicates == 0
     assert refetches(sites) == 0, (fetched_twice(sites), [err for _, err in errors])
+
+
+@pytest.mark.timeout(180)
+async def test_redis_restarted_empty_mid_crawl_keeps_the_domains_rate(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str, private_redis: PrivateRedis
+) -> None:
+    rate, burst = 5, 2
+    site = leaf_site("a.test", 70)
+    config = write_config(tmp_path / "d.yaml", [site], rate=rate, burst=burst, prefetch=8)
+    settings = replace(settings_for(amqp_url, prefix, sqlite_url, config), redis_url=private_redis.url)
+    with serve(site):
+        seeded = await asyncio.to_thread(run, "crawler", ["seed", site.url()], settings)
+        assert seeded.returncode == 0, seeded.stderr
+        workers = [consumer(settings, "--burst") for _ in range(2)]
+        # Lost at full speed: both consumers hold tokens reserved up to a second ahead.
+        assert await asyncio.to_thread(after_requests([site], 25).wait, 60)
+        await asyncio.to_thread(private_redis.restart_empty)
+        lost_at = len(site.requests)
+        await asyncio.to_thread(finish, *workers, timeout=120)
+    times = [t for t, _ in site.requests]  # every request on the wire, robots.txt included
+    print(  # the figures docs/faults.md quotes
+        f"\nredis lost after {lost_at} of {len(times)} requests: at most {max_in_window(times, 1.0)} "
+        f"in a second, {max_in_window(times, 10.0)} in 10 s"
+    )
+    assert lost_at < len(times) - 2 * rate * 2  # seconds of crawl were left after the loss
+    assert max_in_window(times, 1.0) <= rate + burst + 1
+    assert max_in_window(times, 10.0) <= 10 * rate + burst + 1

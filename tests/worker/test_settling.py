@@ -1,5 +1,6 @@
-"""Deliveries ended in groups against the real RabbitMQ and Redis: one `multiple` ack per channel,
-never past a delivery still in flight or settled otherwise, after the group's confirms and counts."""
+"""Deliveries ended in groups against the real RabbitMQ and Redis: each acked at once after its group's
+confirms and counts, a run at a channel's head as one `multiple` ack, never past a delivery still in
+flight or settled otherwise."""
 
 from __future__ import annotations
 
@@ -49,37 +50,69 @@ async def left_after_close(amqp_url: str, connection: aio_pika.abc.AbstractConne
         return sorted(left)
 
 
-async def test_acks_wait_for_earlier_deliveries_then_go_as_one(
+def acks_sent(message: AbstractIncomingMessage) -> list[tuple[int, bool]]:
+    """Every basic.ack sent from now on the channel `message` came on, as (tag, multiple), in order;
+    each still goes to the broker."""
+    channel = message.channel
+    sent: list[tuple[int, bool]] = []
+    real = channel.basic_ack
+
+    async def basic_ack(delivery_tag: int, multiple: bool = False, wait: bool = True) -> None:
+        sent.append((delivery_tag, multiple))
+        await real(delivery_tag, multiple=multiple, wait=wait)
+
+    channel.basic_ack = basic_ack  # type: ignore[method-assign]
+    return sent
+
+
+async def test_a_delivery_is_acked_at_once_behind_one_still_in_flight(
     amqp_url: str, redis: Redis, prefix: str
 ) -> None:
     names = Names(prefix)
     settling = Settling(SeenStore(redis, names), None)
     connection, _, _, got = await deliveries(amqp_url, [b"1", b"2", b"3", b"4"])
+    sent = acks_sent(got[0])
     for message in got:
         settling.delivered(message)
     await settling.ack(got[1])
     await settling.ack(got[2])
-    # 1 is still in flight: 2 and 3 are not acked yet, and no ack may cover 1.
-    assert not got[0].processed and not got[1].processed and not got[2].processed
-    await settling.ack(got[0])
-    assert got[2].processed  # one ack, `multiple`, up to 3
-    assert await left_after_close(amqp_url, connection) == [b"4"]
+    # 1 is still in flight: 2 and 3 are acked each on its own, and no ack covers 1.
+    assert sent == [(2, False), (3, False)]
+    assert await left_after_close(amqp_url, connection) == [b"1", b"4"]
 
 
-async def test_a_nacked_delivery_is_not_covered_and_frees_later_acks(
+async def test_deliveries_ending_together_at_the_head_go_as_one_multiple_ack(
     amqp_url: str, redis: Redis, prefix: str
 ) -> None:
     settling = Settling(SeenStore(redis, Names(prefix)), None)
-    connection, _, _, got = await deliveries(amqp_url, [b"1", b"2", b"3"])
+    connection, _, _, got = await deliveries(amqp_url, [b"1", b"2", b"3", b"4", b"5"])
+    sent = acks_sent(got[0])
     for message in got:
         settling.delivered(message)
-    await settling.ack(got[1])
+    await settling.ack(got[3])  # behind 1, 2 and 3: on its own
+    await asyncio.gather(*(settling.ack(m) for m in got[:3]))
+    assert sent == [(4, False), (3, True)]
+    assert await left_after_close(amqp_url, connection) == [b"5"]
+
+
+async def test_a_nacked_delivery_is_never_covered_by_a_multiple_ack(
+    amqp_url: str, redis: Redis, prefix: str
+) -> None:
+    settling = Settling(SeenStore(redis, Names(prefix)), None)
+    connection, channel, _, got = await deliveries(amqp_url, [b"1", b"2", b"3", b"4"])
+    sent = acks_sent(got[0])
+    for message in got:
+        settling.delivered(message)
     await got[0].nack(requeue=True)  # e.g. too late to fetch: back to the queue
+    await settling.ack(got[1])  # 1's handler has not finished: 2 goes on its own
     await settling.finished(got[0])
-    assert got[1].processed
+    await asyncio.gather(settling.ack(got[2]), settling.ack(got[3]))  # now the head: one ack for both
     await settling.finished(got[1])  # finished after its ack: nothing more happens
-    # 1 went back to the queue (and is delivered again on this channel); 3 is unacked.
-    assert await left_after_close(amqp_url, connection) == [b"1", b"3"]
+    assert sent == [(2, False), (4, True)]
+    # An ack of a tag already settled would have closed the channel (PRECONDITION_FAILED).
+    assert not channel.is_closed
+    # 1 went back to the queue (and was delivered again on this channel, unacked).
+    assert await left_after_close(amqp_url, connection) == [b"1"]
 
 
 async def test_a_delivery_left_unsettled_goes_back_instead_of_blocking(
@@ -87,11 +120,12 @@ async def test_a_delivery_left_unsettled_goes_back_instead_of_blocking(
 ) -> None:
     settling = Settling(SeenStore(redis, Names(prefix)), None)
     connection, _, _, got = await deliveries(amqp_url, [b"1", b"2"])
+    sent = acks_sent(got[0])
     for message in got:
         settling.delivered(message)
     await settling.ack(got[1])
-    await settling.finished(got[0])  # its handler ended without settling it
-    assert got[0].processed and got[1].processed
+    await settling.finished(got[0])  # its handler ended without settling it: nacked
+    assert sent == [(2, False)] and got[0].processed
     assert await left_after_close(amqp_url, connection) == [b"1"]
 
 
@@ -128,6 +162,7 @@ async def test_a_failed_write_acks_nothing_and_says_so(amqp_url: str, redis: Red
     names = Names(prefix)
     settling = Settling(SeenStore(redis, names), CrawlState(redis, names))
     connection, _, _, got = await deliveries(amqp_url, [b"1"])
+    sent = acks_sent(got[0])
     settling.delivered(got[0])
     await redis.set(names.crawl_counts_key("c1"), "not a hash")  # HINCRBY on it fails
     try:
@@ -136,5 +171,5 @@ async def test_a_failed_write_acks_nothing_and_says_so(amqp_url: str, redis: Red
         assert "WRONGTYPE" in str(exc)
     else:
         raise AssertionError("the failed count was not reported")
-    assert not got[0].processed
+    assert sent == []
     assert await left_after_close(amqp_url, connection) == [b"1"]
