@@ -17,20 +17,25 @@ import time
 import traceback
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import asdict, replace
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
 from rich.console import Console
 
 from crawler.config import CrawlConfig, load_config, with_dedup_mode
-from crawler.errors import CrawlerError
+from crawler.errors import ConfigError, CrawlerError
 from crawler.monitor import logs
 from crawler.monitor.metrics import AckAfter, DomainStats, Metrics
 from crawler.monitor.progress import PROGRESS_SAMPLE_EVERY, Progress
 from crawler.monitor.status import render, status, watch
 from crawler.names import HEARTBEAT_TTL
+from crawler.programs import EXIT_USAGE, Parser, closed_pipe, loop_factory
 from crawler.redact import redact
 from crawler.service import Control, CrawlView, NewCrawl, check_crawl
+from crawler.service.inputs import DEAD_LIMIT, DEAD_REASONS, CrawlRequest
 from crawler.settings import Settings
 from crawler.sink.export import FORMATS, Query, export, parse_since
 from crawler.sink.sql import migrate
@@ -40,42 +45,19 @@ from crawler.worker.watching import Monitoring
 
 EXIT_OK = 0
 EXIT_BUG = 1
-EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+MAX_PREFETCH = 65_535  # AMQP's prefetch count is a 16-bit number
+MAX_GRACE = 86_400.0  # seconds: a drain longer than a day is a typo
 
 log = logging.getLogger("crawler")
 
 
-class _QuietReconnects(logging.Filter):
-    # Passwords are the formatters' to hide (logs.formatter redacts every whole line).
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.name.startswith(("aiormq", "aio_pika")):
-            # A dropped broker connection is expected and recovered from: one line, not a traceback.
-            record.exc_info = None
-            record.exc_text = None
-        return True
-
-
-def _setup_logging(verbose: bool, fmt: str = "text") -> None:
-    handler = logs.StderrHandler()
-    handler.addFilter(_QuietReconnects())
-    handler.setFormatter(logs.formatter(fmt))
-    logging.captureWarnings(True)
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO if verbose else logging.WARNING)
-    logging.getLogger("crawler").setLevel(logging.INFO)
-    # aio-pika says when the broker connection drops and comes back; aiormq repeats it louder.
-    logging.getLogger("aiormq").setLevel(logging.INFO if verbose else logging.CRITICAL)
-    # A line per page is a lot: only when asked.
-    logging.getLogger("crawler.pages").setLevel(logging.INFO if verbose else logging.WARNING)
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, crawls: bool = False) -> None:
     parser.add_argument(
         "--config", help="domains.yaml to use (default: $CRAWLER_CONFIG or config/domains.yaml)"
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log every page's outcome")
+    verbose = "log every page's outcome, and connections" if crawls else "log what it connects to and does"
+    parser.add_argument("-v", "--verbose", action="store_true", help=verbose)
     parser.add_argument(
         "--log-format", choices=logs.FORMATS, default="text", help="text, or json: one object per line"
     )
@@ -89,10 +71,45 @@ def _port(value: str) -> int:
 
 
 def _positive(value: str) -> float:
-    number = float(value)
+    number = _number(value)
     if not number > 0:
         raise argparse.ArgumentTypeError(f"{value} is not a positive number of seconds")
     return number
+
+
+def _seconds(value: str) -> float:
+    number = _number(value)
+    if not 0 <= number <= MAX_GRACE:
+        raise argparse.ArgumentTypeError(f"{value} is not a number of seconds from 0 to {MAX_GRACE:g}")
+    return number
+
+
+def _number(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a finite number")
+    return number
+
+
+def _count(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high`."""
+
+    def count(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+        if not low <= number <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not from {low} to {high}")
+        return number
+
+    return count
+
+
+_prefetch = _count(1, MAX_PREFETCH)
 
 
 def _monitoring_options(parser: argparse.ArgumentParser) -> None:
@@ -167,21 +184,25 @@ async def _dead(settings: Settings, config: CrawlConfig, args: argparse.Namespac
 
 
 def _crawl_line(view: CrawlView) -> str:
-    done = {k: sum(c[k] for c in view.counts.values()) for k in ("ok", "failed", "dead", "pending")}
-    counts = " ".join(f"{k}={n}" for k, n in done.items())
-    return f"{view.id}  {view.state:<9}  {view.started:%Y-%m-%d %H:%M:%S}  {counts}  {view.label or ''}"
+    kinds = ("ok", "failed", "retrying", "dead", "pending")
+    counts = " ".join(f"{k}={sum(c[k] for c in view.counts.values())}" for k in kinds)
+    started = view.started.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{view.id}  {view.state:<9}  {started}  {counts}  {view.label or ''}"
+
+
+def _json(value: Any, indent: int | None = None) -> str:
+    """JSON as the HTTP API writes it (times in ISO 8601 with Z), so both read the same."""
+    return json.dumps(to_jsonable_python(value), indent=indent)
 
 
 async def _crawls(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
     async with Control.open(settings, config, "crawler crawls") as control:
         if args.action == "list":
             for view in await control.list_crawls(args.state):
-                print(json.dumps(asdict(view), default=str) if args.json else _crawl_line(view))
+                print(_json(asdict(view)) if args.json else _crawl_line(view))
             return
-        if not args.id:
-            raise CrawlerError(f"`crawler crawls {args.action}` needs a crawl id")
         if args.action == "show":
-            print(json.dumps(asdict(await control.get_crawl(args.id)), default=str, indent=2))
+            print(_json(asdict(await control.get_crawl(args.id)), indent=2))
         elif args.action == "cancel":
             print(_crawl_line(await control.cancel_crawl(args.id)))
         else:
@@ -196,8 +217,6 @@ async def _domains_verb(settings: Settings, config: CrawlConfig, args: argparse.
                 paused = "paused" if d.paused else "active"
                 print(f"{d.domain:<24} {paused:<7} depth={d.depth} rate={d.rate:g}/s workers={d.workers}")
             return
-        if not args.domain:
-            raise CrawlerError(f"`crawler domains {args.action}` needs a domain")
         done = await (control.pause(args.domain) if args.action == "pause" else control.resume(args.domain))
         print(f"{done} {args.action}d")
 
@@ -215,8 +234,34 @@ def _crawl_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", type=_domains, help="comma-separated domains this crawl may visit")
 
 
+# The flag (or argument) of each field of a crawl request, for its errors.
+_CRAWL_FLAGS = {
+    "seeds": "URL",
+    "label": "--label",
+    "priority": "--priority",
+    "max_depth": "--max-depth",
+    "max_pages": "--max-pages",
+    "domains": "--only",
+}
+
+
 def _new(args: argparse.Namespace, urls: Sequence[str], priority: int | None) -> NewCrawl:
-    return NewCrawl(urls, args.label, priority, args.max_depth, args.max_pages, args.only)
+    """The crawl asked for, checked by the model the HTTP API checks it with."""
+    try:
+        asked = CrawlRequest(
+            seeds=list(urls),
+            label=args.label,
+            priority=priority,
+            max_depth=args.max_depth,
+            max_pages=args.max_pages,
+            domains=args.only,
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        flag = _CRAWL_FLAGS.get(str(error["loc"][0]), str(error["loc"][0])) if error["loc"] else "the crawl"
+        message = str(error["msg"])
+        raise ConfigError(f"{flag} {error['input']!r}: {message[:1].lower()}{message[1:]}") from None
+    return NewCrawl(asked.seeds, asked.label, asked.priority, asked.max_depth, asked.max_pages, asked.domains)
 
 
 def _confirmed(args: argparse.Namespace) -> bool:
@@ -235,33 +280,26 @@ def _confirmed(args: argparse.Namespace) -> bool:
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    # uvloop's event loop costs less CPU per message and per request; asyncio's serves without it.
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
 def _run(coro: Callable[[], Coroutine[Any, Any, int]]) -> int:
     try:
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
             return runner.run(coro())
     except CrawlerError as exc:
         print(f"crawler: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return closed_pipe()
     except Exception:
         # A bug: its traceback is worth having, but not with a service password in it.
         print(redact(traceback.format_exc()), file=sys.stderr, end="")
         return EXIT_BUG
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `crawler`."""
-    parser = argparse.ArgumentParser(prog="crawler", description="A distributed web crawler on RabbitMQ.")
+def build_parser() -> argparse.ArgumentParser:
+    """`crawler`'s arguments, every subcommand's included."""
+    parser = Parser(prog="crawler", description="A distributed web crawler on RabbitMQ.", version=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("seed", help="start a crawl: route its seed URLs into the frontier, print its id")
@@ -272,11 +310,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     p = sub.add_parser("crawl", help="seed, consume every configured domain until done, print a summary")
     p.add_argument("urls", nargs="*", metavar="URL")
-    p.add_argument("--prefetch", type=int, help="per-queue prefetch (default: each domain's)")
+    p.add_argument("--prefetch", type=_prefetch, help="per-queue prefetch (default: each domain's)")
     p.add_argument("--fresh", action="store_true", help="forget what earlier crawls saw and queued first")
     _crawl_options(p)
     _monitoring_options(p)
-    _common(p)
+    _common(p, crawls=True)
 
     p = sub.add_parser("crawls", help="crawls: list, show, cancel or delete one")
     p.add_argument("action", choices=["list", "show", "cancel", "delete"])
@@ -304,8 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("dead", help="the dead queue: list, replay or purge what was set aside")
     p.add_argument("action", choices=["list", "replay", "purge"])
     p.add_argument("--domain", help="only this domain (and its subdomains)")
-    p.add_argument("--reason", help="only this reason: transient, invalid, rejected")
-    p.add_argument("--limit", type=int, help="list at most this many")
+    p.add_argument("--reason", choices=DEAD_REASONS, help="only this reason")
+    p.add_argument(
+        "--limit", type=_count(*DEAD_LIMIT), help=f"list at most this many (up to {DEAD_LIMIT[1]})"
+    )
     p.add_argument("--json", action="store_true", help="list as JSON lines")
     p.add_argument("--yes", action="store_true", help="purge without asking")
     _common(p)
@@ -320,11 +360,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("db", help="database schema")
     p.add_argument("action", choices=["upgrade"])
     _common(p)
+    return parser
 
-    args = parser.parse_args(argv)
-    _setup_logging(args.verbose, args.log_format)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `crawler`."""
+    args = build_parser().parse_args(argv)
+    logs.setup(args.verbose, args.log_format)
+    # What argparse cannot see alone, checked before anything connects.
     if args.command == "status" and args.watch and args.json:
-        parser.error("--watch and --json do not go together")
+        return _usage(args, "--watch and --json do not go together")
+    if args.command == "crawls" and args.action != "list" and not args.id:
+        return _usage(args, f"`crawler crawls {args.action}` needs a crawl id")
+    if args.command == "domains" and args.action != "list" and not args.domain:
+        return _usage(args, f"`crawler domains {args.action}` needs a domain")
+    try:
+        urls = getattr(args, "urls", None)  # seed and crawl
+        new = _new(args, urls, getattr(args, "priority", None)) if urls else None
+    except ConfigError as exc:
+        return _usage(args, str(exc))
     if not _confirmed(args):
         return EXIT_USAGE
     if args.command == "export":
@@ -333,15 +387,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     async def run() -> int:
         settings, config = _settings_and_config(args)
         if args.command == "seed":
-            view = await _new_crawl(settings, config, _new(args, args.urls, args.priority))
+            assert new is not None  # argparse asks seed for one URL at least
+            view = await _new_crawl(settings, config, new)
             routed = sum(c["pending"] for c in view.counts.values())
             print(f"crawl {view.id}: {routed} seeds routed")
             print(view.id)
         elif args.command == "crawl":
             if args.fresh:
                 await wiring.reset(settings, config)
-            if args.urls:
-                view = await _new_crawl(settings, config, _new(args, args.urls, None))
+            if new is not None:
+                view = await _new_crawl(settings, config, new)
                 print(f"crawl {view.id}", file=sys.stderr)
             started = time.monotonic()
             metrics = Metrics()
@@ -379,6 +434,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _run(run)
 
 
+def _usage(args: argparse.Namespace, message: str) -> int:
+    """A bad command line, said in one line as argparse says its own."""
+    command = f"crawler {args.command}"
+    print(f"{command}: error: {redact(message)} (see {command} --help)", file=sys.stderr)
+    return EXIT_USAGE
+
+
 def _export(args: argparse.Namespace) -> int:
     # Reads the database alone: no domains.yaml and no broker are needed to take the data out.
     try:
@@ -387,26 +449,35 @@ def _export(args: argparse.Namespace) -> int:
     except CrawlerError as exc:
         print(f"crawler: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        return closed_pipe()
     if args.out is not None:
         print(f"{count} pages written to {args.out}", file=sys.stderr)
     return EXIT_OK
 
 
-def consume_main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `crawler-consume`."""
-    parser = argparse.ArgumentParser(
-        prog="crawler-consume", description="Consume chosen domain queues: fetch, extract, store, route."
+def build_consume_parser() -> argparse.ArgumentParser:
+    """`crawler-consume`'s arguments."""
+    parser = Parser(
+        prog="crawler-consume",
+        description="Consume chosen domain queues: fetch, extract, store, route.",
+        version=True,
     )
     parser.add_argument("--domains", type=_domains, help="comma-separated domains (default: all configured)")
-    parser.add_argument("--prefetch", type=int, help="per-queue prefetch (default: each domain's)")
+    parser.add_argument("--prefetch", type=_prefetch, help="per-queue prefetch (default: each domain's)")
     parser.add_argument("--burst", action="store_true", help="exit once the queues are empty")
     parser.add_argument(
-        "--grace", type=float, default=30.0, help="seconds to finish in-flight work on SIGTERM"
+        "--grace", type=_seconds, default=30.0, help="seconds to finish in-flight work on SIGTERM"
     )
     _monitoring_options(parser)
-    _common(parser)
-    args = parser.parse_args(argv)
-    _setup_logging(args.verbose, args.log_format)
+    _common(parser, crawls=True)
+    return parser
+
+
+def consume_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `crawler-consume`."""
+    args = build_consume_parser().parse_args(argv)
+    logs.setup(args.verbose, args.log_format)
 
     async def run() -> int:
         settings, config = _settings_and_config(args)

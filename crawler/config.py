@@ -501,7 +501,9 @@ def with_dedup_mode(config: CrawlConfig, mode: str | None, source: str = "CRAWLE
     try:
         dedup = DedupConfig.model_validate({**config.dedup.model_dump(), "mode": mode.strip().lower()})
     except ValidationError as exc:
-        raise ConfigError(_format_errors(source, exc)) from None
+        # One setting, one line: the file's own errors list a line per key instead.
+        why = "; ".join(e["msg"] for e in exc.errors())
+        raise ConfigError(f"{source}={mode!r}: {why}") from None
     return config.model_copy(update={"dedup": dedup})
 
 

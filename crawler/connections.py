@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
 import logging
 import os
@@ -11,13 +12,14 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import aio_pika
 from aio_pika.abc import AbstractConnection, AbstractRobustConnection
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.exceptions import AuthenticationError as RedisAuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
@@ -41,6 +43,8 @@ REDIS_RETRIES = 10
 _NOTICES = ("_Connection__handle_connection_blocked", "_Connection__handle_connection_unblocked")
 
 _warned: set[str] = set()
+# getaddrinfo's "name not known" codes (EAI_NONAME, EAI_AGAIN, EAI_NODATA; socket.gaierror's errno).
+_DNS_ERRORS = {socket.EAI_NONAME, socket.EAI_AGAIN, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
 
 
 def process_label(role: str) -> str:
@@ -148,8 +152,7 @@ async def broker(
         )
     except (OSError, TimeoutError, aio_pika.exceptions.AMQPError) as exc:
         raise ServiceUnavailable(
-            f"cannot reach RabbitMQ at {redact(url)} ({type(exc).__name__}: {redact(str(exc))}); "
-            "is it running? Set CRAWLER_AMQP_URL to its address"
+            f"cannot connect to RabbitMQ at {redact(url)}: {_amqp_refusal(exc, url)}"
         ) from None
     _log_outages(connection, role)
     follow_blocking(connection, blocking or Blocking(process_label(role)))
@@ -157,6 +160,39 @@ async def broker(
         yield connection
     finally:
         await connection.close()
+
+
+def _amqp_refusal(exc: BaseException, url: str) -> str:
+    """Why a first connection to RabbitMQ failed, in words, and what to change."""
+    parts = urlsplit(url)
+    user = unquote(parts.username or "guest")
+    if isinstance(exc, aio_pika.exceptions.ProbableAuthenticationError):
+        return f"it refused the login of user {user!r}: check the user and password in CRAWLER_AMQP_URL"
+    if isinstance(exc, aio_pika.exceptions.InvalidFrameError) and "Connection.Close" in str(exc):
+        # RabbitMQ closes the connection at Connection.Open when the vhost is not one the user may use.
+        vhost = unquote(parts.path[1:]) or "/"
+        return (
+            f"vhost {vhost!r} does not exist or user {user!r} may not use it: create it "
+            f"(rabbitmqctl add_vhost, set_permissions) or fix the vhost in CRAWLER_AMQP_URL"
+        )
+    return f"{_network_cause(exc)}; is it running? Set CRAWLER_AMQP_URL to its address"
+
+
+def _network_cause(exc: BaseException) -> str:
+    """A failed connect in words: refused, host unknown, no answer, or what the library said."""
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {CONNECT_TIMEOUT:g}s"
+    code = getattr(exc, "errno", None)
+    if code is None and exc.args and isinstance(exc.args[0], int):
+        code = exc.args[0]
+    text = str(exc).lower()
+    if isinstance(exc, socket.gaierror) or code in _DNS_ERRORS or "name or service not known" in text:
+        return "its host name is not known (DNS)"
+    if code == errno.ECONNREFUSED or "connection refused" in text:
+        return "connection refused"
+    if code in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return "no route to its host"
+    return f"{type(exc).__name__}: {redact(str(exc))}"
 
 
 def with_heartbeat(url: str) -> str:
@@ -217,11 +253,29 @@ async def redis(url: str) -> AsyncIterator[Redis]:
     client = Redis.from_pool(pool)
     async with AsyncExitStack() as stack:
         stack.push_async_callback(client.aclose)
-        try:
-            await asyncio.wait_for(client.ping(), CONNECT_TIMEOUT)
-        except (RedisError, OSError, TimeoutError) as exc:
-            raise ServiceUnavailable(
-                f"cannot reach Redis at {redact(url)} ({type(exc).__name__}: {redact(str(exc))}); "
-                "is it running? Set CRAWLER_REDIS_URL to its address"
-            ) from None
+        await _reachable(url)
         yield client
+
+
+async def _reachable(url: str) -> None:
+    """Raise ServiceUnavailable, saying why, unless Redis at `url` answers a PING at once.
+
+    Asked once, without the retries that carry a running crawl through a restart of Redis: a
+    program started against a Redis that is not there says so in a moment.
+    """
+    probe = Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT, retry=Retry(NoBackoff(), 0))
+    try:
+        await asyncio.wait_for(probe.ping(), CONNECT_TIMEOUT)
+    except RedisAuthenticationError:
+        raise ServiceUnavailable(
+            f"cannot connect to Redis at {redact(url)}: it refused the password (or user); "
+            "check CRAWLER_REDIS_URL"
+        ) from None
+    except (RedisError, OSError, TimeoutError) as exc:
+        cause = exc.__cause__ if isinstance(exc, RedisConnectionError) and exc.__cause__ else exc
+        raise ServiceUnavailable(
+            f"cannot connect to Redis at {redact(url)}: {_network_cause(cause)}; "
+            "is it running? Set CRAWLER_REDIS_URL to its address"
+        ) from None
+    finally:
+        await probe.aclose()

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as ASGIScope
@@ -31,6 +31,7 @@ from crawler.errors import (
 )
 from crawler.frontier.message import CRAWL_ID
 from crawler.service import Control, CrawlView, DomainView, NewCrawl
+from crawler.service.inputs import DEAD_LIMIT, CrawlRequest, DeadReason
 from crawler.settings import Settings
 
 MAX_BODY_BYTES = 64 * 1024
@@ -47,18 +48,8 @@ class Problem(BaseModel):
     detail: str | None = None
 
 
-class NewCrawlIn(BaseModel):
+class NewCrawlIn(CrawlRequest):
     """A crawl to start: seeds and options."""
-
-    model_config = ConfigDict(extra="forbid")
-    seeds: list[Annotated[str, Field(min_length=1, max_length=2048)]] = Field(min_length=1, max_length=1000)
-    label: str | None = Field(None, max_length=200)
-    priority: int | None = Field(None, ge=0, le=9)
-    max_depth: int | None = Field(None, ge=0, le=1_000_000)
-    max_pages: int | None = Field(None, ge=1, le=1_000_000_000)
-    domains: list[Annotated[str, Field(min_length=1, max_length=253)]] | None = Field(
-        None, min_length=1, max_length=1000
-    )
 
 
 class DomainCounts(BaseModel):
@@ -292,7 +283,7 @@ async def resume_domain(domain: Domain, request: Request) -> DomainOut:
 
 
 DomainFilter = Annotated[str | None, Query(max_length=253, description="this domain and its subdomains")]
-ReasonFilter = Annotated[Literal["transient", "invalid", "rejected", "unknown"] | None, Query()]
+ReasonFilter = Annotated[DeadReason | None, Query()]
 
 
 @v1.get("/dead", dependencies=READ, response_model=DeadList)
@@ -300,7 +291,7 @@ async def list_dead(
     request: Request,
     domain: DomainFilter = None,
     reason: ReasonFilter = None,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    limit: Annotated[int, Query(ge=DEAD_LIMIT[0], le=DEAD_LIMIT[1])] = 100,
 ) -> DeadList:
     """Dead letters, oldest first; the queue is left as it was."""
     letters = await _control(request).dead_letters(domain, reason, limit)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ipaddress
 import logging
+import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -12,14 +14,17 @@ from dataclasses import replace
 import uvicorn
 
 from crawler.api.app import create_app
-from crawler.api.security import load_tokens
-from crawler.config import load_config, with_dedup_mode
-from crawler.errors import CrawlerError
+from crawler.api.security import Token, load_tokens
+from crawler.config import CrawlConfig, load_config, with_dedup_mode
+from crawler.errors import ConfigError, CrawlerError
 from crawler.monitor import logs
+from crawler.programs import EXIT_USAGE, Parser, loop_factory
 from crawler.redact import redact
+from crawler.service import Control
 from crawler.settings import Settings
 
 DEFAULT_LISTEN = "127.0.0.1:8000"
+BACKLOG = 2048  # uvicorn's own default
 log = logging.getLogger("crawler.api")
 
 
@@ -43,7 +48,7 @@ def _is_loopback(host: str) -> bool:
 
 def build_parser() -> argparse.ArgumentParser:
     """crawler-api's arguments (apart from main so deploy/ tests parse the manifests' commands)."""
-    parser = argparse.ArgumentParser(prog="crawler-api", description="The crawler's HTTP API (under /v1).")
+    parser = Parser(prog="crawler-api", description="The crawler's HTTP API (under /v1).", version=True)
     parser.add_argument(
         "--listen",
         type=listen_address,
@@ -56,41 +61,70 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, bound before anything connects, so a taken port is said first."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"--listen {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}): choose another --listen"
+        ) from None
+    return sock
+
+
+async def serve(
+    settings: Settings, config: CrawlConfig, tokens: list[Token], sock: socket.socket, where: str
+) -> None:
+    """Connect to the services, then serve the API on `sock` until SIGTERM or SIGINT."""
+    async with Control.open(settings, config, "crawler-api") as control:
+        app = create_app(settings, config, tokens, control=control)
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                log_config=None,
+                lifespan="on",
+                limit_concurrency=256,
+                timeout_keep_alive=5,
+                server_header=False,
+            )
+        )
+        # Only names and scopes are logged; uvicorn's access log has paths and statuses, no headers.
+        who = ", ".join(f"{t.name} ({t.scope})" for t in tokens)
+        log.info("crawler-api ready on %s with %d token(s): %s", where, len(tokens), who)
+        await server.serve(sockets=[sock])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `crawler-api`."""
     args = build_parser().parse_args(argv)
-    handler = logs.StderrHandler()
-    handler.setFormatter(logs.formatter(args.log_format))
-    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    logs.setup(False, args.log_format, quiet=False)
+    # uvicorn's own start-up lines would repeat the ready line above; its warnings and errors stay.
+    logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    host, port = args.listen
     try:
         tokens = load_tokens()
         settings = Settings.from_env()
         if args.config:
             settings = replace(settings, config_path=args.config)
         config = with_dedup_mode(load_config(settings.config_path), settings.dedup)
+        sock = _bind(host, port)
+        if not _is_loopback(host):
+            log.warning("listening on %s: the API is reachable beyond this machine", host)
+        where = f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+        with sock, asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(serve(settings, config, tokens, sock, where))
     except CrawlerError as exc:
         print(f"crawler-api: error: {redact(str(exc))}", file=sys.stderr)
-        return 2
-    host, port = args.listen
-    if not _is_loopback(host):
-        log.warning("listening on %s: the API is reachable beyond this machine", host)
-    # Only names and scopes are logged; uvicorn's access log has paths and statuses, no headers.
-    log.info(
-        "crawler-api on http://%s:%d/v1 with %d token(s): %s",
-        host,
-        port,
-        len(tokens),
-        ", ".join(f"{t.name} ({t.scope})" for t in tokens),
-    )
-    app = create_app(settings, config, tokens)
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        log_config=None,
-        lifespan="on",
-        limit_concurrency=256,
-        timeout_keep_alive=5,
-        server_header=False,
-    )
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
     return 0

@@ -19,11 +19,11 @@ from crawler import connections
 from crawler.errors import ConfigError, CrawlerError
 from crawler.gateway.server import Gateway
 from crawler.monitor import logs
+from crawler.programs import EXIT_USAGE, Parser
 from crawler.redact import redact
 from crawler.settings import Settings
 
-EXIT_USAGE = 2
-log = logging.getLogger("crawler.gateway")
+ready = logging.getLogger("crawler.gateway.ready")  # its one line is logged whatever --verbose says
 
 
 def _listen(value: str) -> tuple[str, int]:
@@ -45,8 +45,8 @@ async def serve(settings: Settings, proxies: str, host: str, port: int) -> None:
                 await site.start()
             except OSError as exc:
                 raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
-            log.info(
-                "crawler-gateway listening on http://%s:%d/fetch (%d exits)",
+            ready.info(
+                "crawler-gateway ready on http://%s:%d/fetch (%d exits)",
                 host,
                 port,
                 len(gateway.config.exits),
@@ -62,7 +62,7 @@ async def serve(settings: Settings, proxies: str, host: str, port: int) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """crawler-gateway's arguments (apart from main so deploy/ tests parse the manifests' commands)."""
-    parser = argparse.ArgumentParser(prog="crawler-gateway", description="The crawler's fetch service")
+    parser = Parser(prog="crawler-gateway", description="The crawler's fetch service", version=True)
     parser.add_argument("--listen", type=_listen, default=("127.0.0.1", 8900), help="HOST:PORT to serve on")
     parser.add_argument(
         "--proxies", default=os.environ.get("CRAWLER_PROXIES", "config/proxies.yaml"), help="the proxies.yaml"
@@ -79,11 +79,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger().addHandler(handler)
     logging.getLogger().setLevel(logging.WARNING)
     logging.getLogger("crawler").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    ready.setLevel(logging.INFO)
     host, port = args.listen
     try:
         asyncio.run(serve(Settings.from_env(), args.proxies, host, port))
     except CrawlerError as exc:
-        print(f"crawler-gateway: {redact(str(exc))}", file=sys.stderr)
+        print(f"crawler-gateway: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -207,7 +207,7 @@ def parse_proxies(text: str, source: str, env: Mapping[str, str] | None = None) 
             where = ".".join(str(p) for p in err["loc"]) or "(top level)"
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
-                msg = "unknown key (see the worked proxies.yaml in README.md)"
+                msg = "unknown key (see the worked example in config/proxies.yaml)"
             lines.append(f"  {where}: {msg}")
         raise ConfigError("\n".join(lines)) from None
     config.check_env(os.environ if env is None else env, source)

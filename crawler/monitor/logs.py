@@ -69,6 +69,36 @@ class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         super().emit(record)
 
 
+class _QuietReconnects(logging.Filter):
+    # Passwords are the formatters' to hide (formatter() redacts every whole line).
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith(("aiormq", "aio_pika")):
+            # A dropped broker connection is expected and recovered from: one line, not a traceback.
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def setup(verbose: bool, fmt: str = "text", quiet: bool = True) -> None:
+    """Logging of a program: to stderr in `fmt`, the crawler's own lines at INFO, libraries' only when
+    `verbose`; `quiet` keeps the root at WARNING unless `verbose` (a server logs its requests at INFO)."""
+    handler = StderrHandler()
+    handler.addFilter(_QuietReconnects())
+    handler.setFormatter(formatter(fmt))
+    logging.captureWarnings(True)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO if verbose or not quiet else logging.WARNING)
+    logging.getLogger("crawler").setLevel(logging.INFO)
+    # aio-pika says when the broker connection drops and comes back; aiormq repeats it louder, and
+    # says a failed first connect before the program does, in words of its own.
+    logging.getLogger("aiormq").setLevel(logging.INFO if verbose else logging.CRITICAL)
+    logging.getLogger("aio_pika").setLevel(logging.INFO if verbose else logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.INFO if verbose else logging.WARNING)
+    # A line per page is a lot: only when asked.
+    logging.getLogger("crawler.pages").setLevel(logging.INFO if verbose else logging.WARNING)
+
+
 def outcome(
     logger: logging.Logger,
     what: str,

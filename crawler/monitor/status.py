@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import httpx
+from aio_pika.abc import AbstractRobustConnection
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -86,30 +87,32 @@ async def _from_management(settings: Settings, queues: list[str]) -> dict[str, Q
     }
 
 
-async def _from_broker(settings: Settings, queues: list[str]) -> dict[str, QueueDepth]:
+async def _from_broker(connection: AbstractRobustConnection, queues: list[str]) -> dict[str, QueueDepth]:
     out = {}
-    async with connections.broker(settings.amqp_url, "crawler status") as connection:
-        for name in queues:
-            # A passive declare of a missing queue closes its channel: one channel per queue.
-            channel = await connection.channel()
-            try:
-                queue = await channel.declare_queue(name, passive=True)
-            except Exception:
-                continue
-            finally:
-                if not channel.is_closed:
-                    await channel.close()
-            result = queue.declaration_result
-            out[name] = QueueDepth(name, result.message_count or 0, None, result.consumer_count or 0)
+    for name in queues:
+        # A passive declare of a missing queue closes its channel: one channel per queue.
+        channel = await connection.channel()
+        try:
+            queue = await channel.declare_queue(name, passive=True)
+        except Exception:
+            continue
+        finally:
+            if not channel.is_closed:
+                await channel.close()
+        result = queue.declaration_result
+        out[name] = QueueDepth(name, result.message_count or 0, None, result.consumer_count or 0)
     return out
 
 
-async def queue_depths(settings: Settings, queues: list[str]) -> tuple[dict[str, QueueDepth], str]:
-    """Depths of `queues`, and where they came from: "management" API, or "passive" declares."""
+async def queue_depths(
+    settings: Settings, queues: list[str], connection: AbstractRobustConnection
+) -> tuple[dict[str, QueueDepth], str]:
+    """Depths of `queues`, and where they came from: "management" API, or "passive" declares on
+    `connection` (the broker the crawl uses: a management API answering for another is no proof)."""
     depths = await _from_management(settings, queues)
     if depths is not None:
         return depths, "management"
-    return await _from_broker(settings, queues), "passive"
+    return await _from_broker(connection, queues), "passive"
 
 
 def _stored(database_url: str) -> tuple[dict[str, tuple[int, int]], dict[str, int], dict[str, float]]:
@@ -128,13 +131,19 @@ async def _workers(settings: Settings) -> list[dict[str, Any]]:
     return [{"state": w.state, "age": w.age, **asdict(w.worker)} for w in found]
 
 
-async def status(settings: Settings, config: CrawlConfig) -> dict[str, Any]:
-    """The crawl's status as plain data (what `crawler status --json` prints)."""
+async def status(
+    settings: Settings, config: CrawlConfig, connection: AbstractRobustConnection | None = None
+) -> dict[str, Any]:
+    """The crawl's status as plain data (what `crawler status --json` prints); ServiceUnavailable if
+    the broker, Redis or the database cannot be read. `connection`: the broker's, else one of its own."""
+    if connection is None:
+        async with connections.broker(settings.amqp_url, "crawler status") as own:
+            return await status(settings, config, own)
     names = settings.names
     extra = [names.unrouted, names.dead, *(names.retry_queue(d) for d in config.retry_tiers)]
     queues = [names.domain_queue(d) for d in sorted(config.domains)]
     (depths, source), (counts, recent, credits), found = await asyncio.gather(
-        queue_depths(settings, queues + extra),
+        queue_depths(settings, queues + extra, connection),
         asyncio.to_thread(_stored, settings.database_url),
         _workers(settings),
     )
@@ -242,12 +251,14 @@ def rich_tables(data: dict[str, Any]) -> Group:
 
 async def watch(settings: Settings, config: CrawlConfig, every: float, console: Console) -> None:
     """Refresh the status every `every` seconds until interrupted: a live table on a terminal."""
-    if not console.is_terminal:
-        while True:
-            console.print(render(await status(settings, config)), highlight=False, markup=False)
-            console.print()
-            await asyncio.sleep(every)
-    with Live(console=console, auto_refresh=False) as live:
-        while True:
-            live.update(rich_tables(await status(settings, config)), refresh=True)
-            await asyncio.sleep(every)
+    async with connections.broker(settings.amqp_url, "crawler status") as connection:
+        if not console.is_terminal:
+            while True:
+                data = await status(settings, config, connection)
+                console.print(render(data), highlight=False, markup=False)
+                console.print()
+                await asyncio.sleep(every)
+        with Live(console=console, auto_refresh=False) as live:
+            while True:
+                live.update(rich_tables(await status(settings, config, connection)), refresh=True)
+                await asyncio.sleep(every)

@@ -198,7 +198,9 @@ class Control:
 
     async def domains(self) -> list[DomainView]:
         """Every configured domain's queue, rate, pause and consumers."""
-        data, paused = await asyncio.gather(status(self.settings, self.config), self._state.paused())
+        data, paused = await asyncio.gather(
+            status(self.settings, self.config, self._f.connection), self._state.paused()
+        )
         return [
             DomainView(
                 d["domain"],

@@ -20,7 +20,7 @@ from typing import IO, Any
 from sqlalchemy import Select, select
 from sqlalchemy.exc import DBAPIError
 
-from crawler.errors import ConfigError, SinkError
+from crawler.errors import ConfigError, NotFound, SinkError
 from crawler.sink.sql import Page, create_sink_engine, engine_url
 
 FORMATS = ("jsonl", "csv", "parquet")
@@ -90,6 +90,8 @@ def export(database_url: str, fmt: str, out: Path | None, query: Query = Query()
     url = engine_url(database_url)
     engine = create_sink_engine(url)
     try:
+        if query.domain is not None:
+            _known(engine, query.domain)
         with ExitStack() as stack:
             if fmt == "parquet":
                 assert out is not None
@@ -108,10 +110,24 @@ def export(database_url: str, fmt: str, out: Path | None, query: Query = Query()
         engine.dispose()
 
 
+def _known(engine: Any, domain: str) -> None:
+    """NotFound, naming the domains that have pages, unless `domain` has some."""
+    with engine.connect() as conn:
+        if conn.execute(select(Page.id).where(Page.domain == _domain(domain)).limit(1)).first():
+            return
+        stored = conn.execute(select(Page.domain).distinct().order_by(Page.domain).limit(21)).scalars().all()
+    listed = ", ".join(stored[:20]) + (" ..." if len(stored) > 20 else "") if stored else "none yet"
+    raise NotFound(f"--domain {domain}: no page of that domain is stored (domains with pages: {listed})")
+
+
+def _domain(domain: str) -> str:
+    return domain.lower().rstrip(".")
+
+
 def _select(query: Query, *columns: Any) -> Select[Any]:
     stmt = select(*columns).order_by(Page.id)
     if query.domain is not None:
-        stmt = stmt.where(Page.domain == query.domain.lower().rstrip("."))
+        stmt = stmt.where(Page.domain == _domain(query.domain))
     if query.since is not None:
         stmt = stmt.where(Page.fetched_at >= query.since.astimezone(UTC))
     return stmt

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from crawler.cli import _setup_logging
 from crawler.monitor import logs
+from crawler.monitor.logs import setup
 from demo.site import serve
 from tests.support.crawls import seed
 from tests.support.services import run, settings_for
@@ -46,7 +46,7 @@ def outcome_line(logger: logging.Logger) -> None:
 
 @pytest.mark.usefixtures("restore_logging")
 def test_json_lines_carry_the_outcome_fields_and_no_password(capsys: pytest.CaptureFixture[str]) -> None:
-    _setup_logging(verbose=True, fmt="json")
+    setup(verbose=True, fmt="json")
     logger = logging.getLogger("crawler.consumer")
     outcome_line(logger)
     logging.getLogger("crawler").warning("broker %s away", SECRET_URL)
@@ -69,7 +69,7 @@ def test_json_lines_carry_the_outcome_fields_and_no_password(capsys: pytest.Capt
 
 @pytest.mark.usefixtures("restore_logging")
 def test_text_lines_say_the_same_and_hide_the_password(capsys: pytest.CaptureFixture[str]) -> None:
-    _setup_logging(verbose=True, fmt="text")
+    setup(verbose=True, fmt="text")
     outcome_line(logging.getLogger("crawler.consumer"))
     [line] = capsys.readouterr().err.splitlines()
     assert "failed a.test - http://a.test/p 0.250s attempt=2 error=cannot reach amqp://crawler:***@" in line

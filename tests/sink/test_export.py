@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from crawler.errors import ConfigError
+from crawler.errors import ConfigError, NotFound
 from crawler.sink.export import Query, export, parse_since
 from crawler.sink.sql import PageRecord, Sink, migrate
 from tests.support.services import crawler_command
@@ -113,7 +113,10 @@ def test_filters(filled: str, tmp_path: Path) -> None:
     assert export(filled, "jsonl", out, Query(domain="blog.test")) == 1
     assert export(filled, "jsonl", out, Query(since=T0 + timedelta(minutes=30))) == 2
     assert export(filled, "jsonl", out, Query("shop.test", T0 + timedelta(minutes=30))) == 1
-    assert export(filled, "csv", out, Query(domain="none.test")) == 0
+    with pytest.raises(
+        NotFound, match=r"--domain none.test: no page .* \(domains with pages: blog.test, shop.test\)"
+    ):
+        export(filled, "csv", out, Query(domain="none.test"))
 
 
 def test_bad_requests_are_config_errors(sqlite_url: str) -> None:

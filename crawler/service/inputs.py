@@ -1,0 +1,27 @@
+"""What a person may ask of the fleet, checked by one model whether it comes from the command line or
+the HTTP API: a new crawl's options, and the dead-letter filters."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DeadReason = Literal["transient", "invalid", "rejected", "unknown"]
+"""Why a message is in the dead queue: retries used up, unreadable, rejected by RabbitMQ, or not said."""
+DEAD_REASONS: tuple[str, ...] = get_args(DeadReason)
+DEAD_LIMIT = (1, 10_000)  # how many dead letters one listing may show, at least and at most
+
+
+class CrawlRequest(BaseModel):
+    """A crawl to start: seeds and options."""
+
+    model_config = ConfigDict(extra="forbid")
+    seeds: list[Annotated[str, Field(min_length=1, max_length=2048)]] = Field(min_length=1, max_length=1000)
+    label: str | None = Field(None, max_length=200)
+    priority: int | None = Field(None, ge=0, le=9)
+    max_depth: int | None = Field(None, ge=0, le=1_000_000)
+    max_pages: int | None = Field(None, ge=1, le=1_000_000_000)
+    domains: list[Annotated[str, Field(min_length=1, max_length=253)]] | None = Field(
+        None, min_length=1, max_length=1000
+    )
