@@ -21,7 +21,7 @@ from tests.support.wait import until
 ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"
-# Off by default, each needing something of yours (proxies; tokens), and documented in the README.
+# Off by default, each needing something of yours (proxies; tokens); documented in docs/operating.md.
 OPTIONAL = {"gateway": "gateway", "gateway-render": "render", "api": "api"}
 
 
@@ -73,10 +73,10 @@ def test_the_stack_has_what_the_issue_lists() -> None:
 
 def test_the_gateway_and_the_api_are_behind_documented_profiles() -> None:
     s = services()
-    readme = (ROOT / "README.md").read_text()
+    doc = (ROOT / "docs" / "operating.md").read_text()
     for name, profile in OPTIONAL.items():
         assert s[name]["profiles"] == [profile], name
-        assert f"--profile {profile}" in readme, profile
+        assert f"--profile {profile}" in doc, profile
     for service in s.values():
         command = service.get("command") or []
         if command and command[0].startswith("crawler"):

@@ -39,6 +39,7 @@ from tests.support.kustomize import Resource
 
 ROOT = Path(__file__).parents[2]
 OVERLAY = ROOT / "deploy" / "k8s" / "overlays" / "example"
+OPERATING = ROOT / "docs" / "operating.md"  # where the Kubernetes Secrets are created
 RENDER_OVERLAY = ROOT / "deploy" / "k8s" / "overlays" / "render"
 COMPOSE_DIR = ROOT / "deploy" / "compose"
 SCRIPTS: set[str] = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
@@ -264,16 +265,15 @@ async def test_a_mutated_copy_fails(mutation: str) -> None:
         await check_all(launches)
 
 
-def _secret_keys(readme: str, secret: str) -> set[str]:
-    """The keys the README's `kubectl create secret generic <secret>` command gives the Secret."""
-    command = re.search(rf"create secret generic {secret} ((?:[^\n]*\\\n)*[^\n]*)", readme)
+def _secret_keys(doc: str, secret: str) -> set[str]:
+    """The keys docs/operating.md's `kubectl create secret generic <secret>` command gives the Secret."""
+    command = re.search(rf"create secret generic {secret} ((?:[^\n]*\\\n)*[^\n]*)", doc)
     assert command, secret
     return set(re.findall(r"--from-(?:literal|file)=([\w.-]+)=", command.group(1)))
 
 
 def test_the_gateway_secret_has_every_variable_proxies_yaml_names() -> None:
-    readme = (ROOT / "README.md").read_text()
-    keys = _secret_keys(readme, "crawler-gateway")
+    keys = _secret_keys(OPERATING.read_text(), "crawler-gateway")
     proxies = OVERLAY / "proxies.yaml"
     assert proxies_env_names(proxies) <= keys
     load_proxies(str(proxies), {k: "x" * 32 for k in keys})  # the file is valid with that environment
@@ -286,8 +286,7 @@ def test_the_gateway_secret_has_every_variable_proxies_yaml_names() -> None:
 
 
 def test_the_api_tokens_are_a_mounted_secret_file() -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert _secret_keys(readme, "crawler-api") == {"tokens"}
+    assert _secret_keys(OPERATING.read_text(), "crawler-api") == {"tokens"}
     resources = kustomize.build(OVERLAY)
     pod = next(r for r in resources if r["kind"] == "Deployment" and r["metadata"]["name"] == "crawler-api")[
         "spec"
@@ -368,9 +367,9 @@ def test_the_rendering_gateway_reads_a_proxies_yaml_that_renders_from_its_config
     )
     name = path.rsplit("/", 1)[1]
     assert configmap["data"][name] == (RENDER_OVERLAY / name).read_text()
-    # With the variables the README's `crawler-gateway` Secret gives it (envFrom), as it starts.
+    # With the variables docs/operating.md's `crawler-gateway` Secret gives it (envFrom), as it starts.
     assert container["envFrom"] == [{"secretRef": {"name": "crawler-gateway"}}]
-    keys = _secret_keys((ROOT / "README.md").read_text(), "crawler-gateway")
+    keys = _secret_keys(OPERATING.read_text(), "crawler-gateway")
     assert _renders(RENDER_OVERLAY / name, keys)
     # The plain gateway's file must not render: its image has no Chromium, and it would exit 2.
     assert not _renders(OVERLAY / "proxies.yaml", keys)
