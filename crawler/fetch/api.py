@@ -203,7 +203,7 @@ class ApiFetcher:
             raise ConfigError(
                 f"domains.yaml asks for rendered pages (render_js in {', '.join(rendering)}), but the "
                 f"fetch service at {self._endpoint.url} has no renderer: add a `render:` section to its "
-                'proxies.yaml (README, "Rendering pages"), or drop render_js'
+                'proxies.yaml (docs/gateway.md, "Rendering pages"), or drop render_js'
             )
 
     # -- our envelope (crawler-gateway) -----------------------------------------------------------

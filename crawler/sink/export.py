@@ -194,7 +194,7 @@ def _need_pyarrow() -> None:
         import pyarrow  # noqa: F401
     except ImportError:
         raise ConfigError(
-            "--format parquet needs pyarrow, which is an extra: pip install 'crawler[parquet]'"
+            "--format parquet needs pyarrow, an extra: pip install -e '.[parquet]' in a checkout"
         ) from None
 
 

@@ -219,4 +219,4 @@ def test_export_without_pyarrow_says_which_extra(tmp_path: Path, sqlite_url: str
         check=False,
     )
     assert result.returncode == 2
-    assert "pip install 'crawler[parquet]'" in result.stderr
+    assert "pip install -e '.[parquet]'" in result.stderr
