@@ -15,6 +15,7 @@ from crawler.errors import CrawlerError
 from crawler.frontier.exchanges import domain_queue
 from crawler.monitor import logs
 from crawler.names import Names
+from crawler.redact import redact
 from crawler.worker.concurrency import at_once
 from crawler.worker.tuning import Tuning
 
@@ -71,12 +72,15 @@ class Subscriptions:
         self._ready.set()
         seconds = time.monotonic() - started
         prefetch = max((self._prefetch_of(d) for d in domains), default=0)
+        url = getattr(self._connections[0], "url", None)  # aio-pika's connections have it; the ABC not
+        broker = str(url.with_query(None)) if url is not None else "RabbitMQ"
         log.info(
-            "consuming %s on %d connection(s), prefetch up to %d per queue: subscribed in %.2fs",
+            "consuming %s on %d connection(s), prefetch up to %d per queue: subscribed in %.2fs (%s)",
             _listed(domains),
             len({id(s.connection) for s in self._subs}),
             prefetch,
             seconds,
+            redact(broker),
             extra={
                 logs.FIELDS: {
                     "queues": len(domains),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from crawler.monitor.sampler import SAMPLE_EVERY, QueueSampler
 from crawler.names import HEARTBEAT_TTL
 from crawler.worker.alongside import background
 from crawler.worker.consumer import Consumer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -37,6 +40,7 @@ async def monitored(
         if monitoring.port is not None:
             server = monitoring.metrics.serve(monitoring.port, monitoring.addr)
             stack.push_async_callback(asyncio.to_thread, server.close)
+            log.info("metrics on http://%s:%d/metrics, health on /healthz", monitoring.addr, server.port)
         heartbeat = Heartbeat(
             redis,
             consumer.names,
