@@ -147,7 +147,7 @@ async def measure(
             i = queue.get_nowait()
             resp = await client.get(
                 f"{base}/fetch",
-                params={"url": f"{site}/p/{i}", "timeout": "30", **params},
+                params={"url": f"{site}/p/{i}", "timeout": "30", "json_response": "true", **params},
                 headers={"X-API-Key": KEY},
             )
             answer = resp.json()

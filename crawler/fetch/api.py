@@ -213,7 +213,7 @@ class ApiFetcher:
             "url": url,
             "render_js": _flag(spec.render_js),
             "premium_proxy": _flag(spec.premium),
-            "json_response": "true",
+            "json_response": "true",  # crawler-gateway's default is the target's raw answer
             "follow_redirects": "false",
             "html_only": _flag(html_only),
             "timeout": f"{rules.timeout:g}",

@@ -8,7 +8,7 @@ redirect like a link, so each hop gets its own rate token, robots.txt verdict an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -215,13 +215,19 @@ async def follow(fetcher: Fetcher, url: str, rules: Rules, hop: Hop, *, html_onl
 
 
 async def read_body(raw: AsyncIterator[bytes], encodings: Sequence[str], limit: int, status: int) -> bytes:
-    """The body decoded from its `raw` chunks, cut with TooLarge once it (or what is received) passes
-    `limit` bytes. Decoding goes a bounded piece at a time, so a compression bomb is never held."""
+    """The whole body decoded from its `raw` chunks (see body_pieces for the limit and decoding)."""
+    return b"".join([piece async for piece in body_pieces(raw, encodings, limit, status)])
+
+
+async def body_pieces(
+    raw: AsyncIterator[bytes], encodings: Sequence[str], limit: int, status: int
+) -> AsyncGenerator[bytes, None]:
+    """The body decoded from its `raw` chunks, a bounded piece at a time, cut with TooLarge once it (or
+    what is received) passes `limit` bytes; so a compression bomb is never held, nor a long body."""
     coding = ", ".join(encodings) or "none"
-    pieces: list[bytes] = []
     received = size = 0
 
-    def keep(piece: bytes) -> None:
+    def counted(piece: bytes) -> bytes:
         nonlocal size
         size += len(piece)
         if size > limit:
@@ -229,7 +235,7 @@ async def read_body(raw: AsyncIterator[bytes], encodings: Sequence[str], limit: 
                 f"body exceeds max_body_bytes {limit} once decoded (Content-Encoding: {coding[:40]})",
                 status_code=status,
             )
-        pieces.append(piece)
+        return piece
 
     try:
         decoder = decoder_for(encodings)
@@ -238,9 +244,9 @@ async def read_body(raw: AsyncIterator[bytes], encodings: Sequence[str], limit: 
             if received > limit:
                 raise TooLarge(f"body exceeds max_body_bytes {limit}", status_code=status)
             for piece in decoder.feed(chunk):
-                keep(piece)
+                yield counted(piece)
         for piece in decoder.flush():
-            keep(piece)
+            yield counted(piece)
     except decode_errors() as exc:
         raise BadResponse(
             f"body does not decode as its Content-Encoding {coding[:40]!r} says ({exc})", status_code=status
@@ -248,4 +254,3 @@ async def read_body(raw: AsyncIterator[bytes], encodings: Sequence[str], limit: 
     except BadResponse as exc:
         exc.status_code = status
         raise
-    return b"".join(pieces)

@@ -23,6 +23,7 @@ from demo.site import Reply, Site, free_port, page, serve
 from tests.support.scrapingbee import ScrapingBee
 
 KEY = "k-123-secret"
+PDF = b"%PDF-1.4\n" + bytes(range(256)) * 16 + b"\n%%EOF\n"
 
 
 class Service:
@@ -140,7 +141,13 @@ def target() -> Any:
         "a.test",
         "127.0.0.21",
         free_port("127.0.0.21"),
-        {"/": page("Home", ["/x"]), "/gone": Reply(404, b"<html>no</html>")},
+        {
+            "/": page("Home", ["/x"]),
+            "/gone": Reply(404, b"<html>no</html>"),
+            "/locked": Reply(401, b"<html>log in</html>"),
+            "/paywall": Reply(402, b"<html>subscribe</html>"),
+            "/doc.pdf": Reply(200, PDF, {"Content-Type": "application/pdf"}),
+        },
     )
     with serve(site) as (served,):
         yield served
@@ -178,6 +185,24 @@ async def test_scrapingbee_profile_against_its_imitation(target: Site) -> None:
                 await wrong.fetch(url, rules)
         finally:
             await wrong.aclose()
+    finally:
+        await fetcher.aclose()
+        await bee.close()
+
+
+async def test_scrapingbee_raw_answers_are_the_targets_even_a_401_or_402(target: Site) -> None:
+    # Its raw form: the target's status and body, told from ScrapingBee's own 401 by its Spb- headers.
+    bee = await ScrapingBee(KEY).start()
+    config = api_config("scrapingbee")
+    fetcher = ApiFetcher(config, ApiEndpoint(bee.endpoint, KEY))
+    base = f"http://127.0.0.21:{target.port}"
+    rules = config.rules_for("a.test")
+    try:
+        for path, status in (("/locked", 401), ("/paywall", 402)):
+            resp = await fetcher.fetch(base + path, rules)
+            assert (resp.status_code, resp.credits, resp.final_url) == (status, 1, base + path)
+        pdf = await fetcher.fetch(base + "/doc.pdf", rules, html_only=False)
+        assert (pdf.body, pdf.content_type) == (PDF, "application/pdf")  # byte for byte
     finally:
         await fetcher.aclose()
         await bee.close()

@@ -5,26 +5,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 from redis.asyncio import Redis
 
+from crawler.gateway.metrics import GatewayMetrics
 from crawler.gateway.render.metrics import RenderMetrics
-from crawler.gateway.server import Gateway, GatewayMetrics
 from crawler.names import Names
-from tests.support.exits import BanningSite, ForwardProxy, write_proxies
+from tests.support.exits import KEY, SOURCES, BanningSite, ForwardProxy, Start
 from tests.support.wait import until
-
-KEY = "s3cret-key"
-ENV = {"GW_TEST_KEY": KEY}
-SOURCES = ["127.0.0.42", "127.0.0.43", "127.0.0.44"]
-
-Start = Callable[..., Awaitable[str]]
 
 
 @pytest.fixture
@@ -34,35 +26,11 @@ async def site() -> AsyncIterator[BanningSite]:
     await s.close()
 
 
-@pytest.fixture
-async def proxies() -> AsyncIterator[list[ForwardProxy]]:
-    made = [await ForwardProxy("127.0.0.41", src).start() for src in SOURCES]
-    yield made
-    for p in made:
-        await p.close()
-
-
-@pytest.fixture
-async def gateway(tmp_path: Path, redis: Redis, prefix: str) -> AsyncIterator[Start]:
-    runners: list[web.AppRunner] = []
-
-    async def start(proxies: list[ForwardProxy], **settings: Any) -> str:
-        path = write_proxies(tmp_path / f"proxies{len(runners)}.yaml", proxies, **settings)
-        gw = Gateway(redis, Names(prefix), str(path), ENV)
-        runner = web.AppRunner(gw.app(), access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.41", 0).start()
-        runners.append(runner)
-        return f"http://127.0.0.41:{runner.addresses[0][1]}"
-
-    yield start
-    for runner in runners:
-        await runner.cleanup()
-
-
 async def ask(base: str, url: str, key: str = KEY, **params: str) -> httpx.Response:
+    """The gateway's answer as the envelope (unless json_response says otherwise)."""
+    query = {"url": url, "json_response": "true", **params}
     async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
-        return await client.get(f"{base}/fetch", params={"url": url, **params}, headers={"X-API-Key": key})
+        return await client.get(f"{base}/fetch", params=query, headers={"X-API-Key": key})
 
 
 async def test_the_envelope_carries_the_answer_its_cost_and_exit(

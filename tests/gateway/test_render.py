@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from crawler.config import parse_config
 from crawler.errors import ConfigError
 from crawler.fetch.api import ApiEndpoint, ApiFetcher
+from crawler.gateway.forms import CREDITS, FINAL_URL, RENDERED
 from crawler.gateway.server import Gateway
 from crawler.names import Names
 from tests.support.browser import chromium
@@ -72,7 +73,9 @@ async def gateway(
 async def render(base: str, url: str, **params: str) -> dict[str, Any]:
     async with httpx.AsyncClient(trust_env=False, timeout=60) as client:
         resp = await client.get(
-            f"{base}/fetch", params={"url": url, "render_js": "true", **params}, headers={"X-API-Key": KEY}
+            f"{base}/fetch",
+            params={"url": url, "render_js": "true", "json_response": "true", **params},
+            headers={"X-API-Key": KEY},
         )
     assert resp.status_code == 200, resp.text
     answer: dict[str, Any] = resp.json()
@@ -108,6 +111,19 @@ async def test_a_client_side_redirect_gives_the_final_url(site: ScriptedSite, ga
     answer = await render(base, site.url("a.test", "/redirect"))
     assert answer["final_url"] == site.url("a.test", "/landing")
     assert "<title>landing</title>" in answer["body"] and 'href="/from-landing"' in answer["body"]
+    async with httpx.AsyncClient(trust_env=False, timeout=60) as client:  # the raw form: the same DOM
+        resp = await client.get(
+            f"{base}/fetch",
+            params={"url": site.url("a.test", "/redirect"), "render_js": "true"},
+            headers={"X-API-Key": KEY},
+        )
+    assert resp.status_code == 200 and "<title>landing</title>" in resp.text
+    assert (resp.headers[FINAL_URL], resp.headers[RENDERED], resp.headers[CREDITS]) == (
+        site.url("a.test", "/landing"),
+        "true",
+        "5",
+    )
+    assert resp.headers["content-type"] == "text/html; charset=utf-8"
 
 
 async def test_a_script_asking_for_a_loopback_admin_url_is_refused_logged_and_the_page_renders(

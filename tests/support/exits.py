@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import time
 from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,12 @@ import yaml
 from aiohttp import web
 
 from bench.exits import serve_client
+
+KEY = "s3cret-key"
+ENV = {"GW_TEST_KEY": KEY}  # the key write_proxies' files name
+SOURCES = ["127.0.0.42", "127.0.0.43", "127.0.0.44"]  # the `proxies` fixture's exits leave from these
+Start = Callable[..., Awaitable[str]]
+"""The `gateway` fixture: starts a gateway on the given exits (and proxies.yaml settings); its base URL."""
 
 
 class ForwardProxy:

@@ -3,7 +3,8 @@
 GET /api/v1/?api_key=…&url=…&render_js=…&premium_proxy=…&country_code=…&session_id=…
 &transparent_status_code=true: the target's body and status; its headers prefixed `Spb-`; the
 cost in `Spb-cost` (1 plain, 5 render_js, 10 premium, 25 premium with render_js); the URL it ended
-at in `Spb-resolved-url` (ScrapingBee follows redirects itself). Its own errors: 400 bad
+at in `Spb-resolved-url` and the first response's status in `Spb-initial-status-code` (ScrapingBee
+follows redirects itself). Its own errors: 400 bad
 parameters, 401 bad key or no credit left, 429 too many concurrent requests, 500 retry; none charged.
 """
 
@@ -75,11 +76,17 @@ class ScrapingBee:
                 body = await resp.read()
                 headers = {f"Spb-{k}": v for k, v in resp.headers.items() if k.lower() not in HOP_HEADERS}
                 status, resolved = resp.status, str(resp.url)
+                initial = resp.history[0].status if resp.history else status
                 media = resp.headers.get("Content-Type", "text/html")
         finally:
             self._inflight -= 1
         self.charged += price
-        headers |= {"Spb-cost": str(price), "Spb-resolved-url": resolved, "Content-Type": media}
+        headers |= {
+            "Spb-cost": str(price),
+            "Spb-resolved-url": resolved,
+            "Spb-initial-status-code": str(initial),
+            "Content-Type": media,
+        }
         return web.Response(
             status=status if q.get("transparent_status_code") == "true" else 200, body=body, headers=headers
         )

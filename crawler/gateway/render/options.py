@@ -48,7 +48,7 @@ class RenderAsk:
 
 
 def render_options(query: Mapping[str, str]) -> RenderAsk:
-    """The render options of an envelope request; ValueError saying what is wrong."""
+    """The render options of a request; ValueError saying what is wrong."""
     asked = query.get("wait_until", "load")
     wait_until = next((w for w in WAIT_STATES if w == asked), None)
     if wait_until is None:

@@ -60,7 +60,7 @@ class Rendered:
 
 
 class RenderFailed(Exception):
-    """The page could not be rendered; `kind` is the envelope's error kind (timeout is transient)."""
+    """The page could not be rendered; `kind` is the answer's failure kind (timeout is transient)."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
