@@ -15,7 +15,8 @@ import logging
 import sys
 import time
 import traceback
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, replace
 from datetime import UTC
 from pathlib import Path
@@ -25,15 +26,17 @@ from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 from rich.console import Console
 
+from crawler import connections
 from crawler.config import CrawlConfig, load_config, with_dedup_mode
 from crawler.errors import ConfigError, CrawlerError
-from crawler.monitor import logs
+from crawler.monitor import logs, readings
 from crawler.monitor.metrics import AckAfter, DomainStats, Metrics
 from crawler.monitor.progress import PROGRESS_SAMPLE_EVERY, Progress
 from crawler.monitor.status import render, status, watch
 from crawler.names import HEARTBEAT_TTL
 from crawler.programs import EXIT_USAGE, Parser, closed_pipe, loop_factory
 from crawler.redact import redact
+from crawler.scheduler.running import scheduling
 from crawler.service import Control, CrawlView, NewCrawl, check_crawl
 from crawler.service.inputs import DEAD_LIMIT, DEAD_REASONS, CrawlRequest
 from crawler.settings import Settings
@@ -140,15 +143,23 @@ def _domains(value: str) -> list[str]:
     return [d for d in value.split(",") if d.strip()]
 
 
+_SUMMARY = (("ok", 7), ("failed", 7), ("retried", 7), ("dead", 5), ("invalid", 7), ("skipped", 7))
+# A recrawl's columns: its unchanged pages counted apart, a 304 and a same signature.
+_REFRESHED = (
+    ("changed", "changed", 7),
+    ("not_modified", "304", 7),
+    ("same_signature", "same", 7),
+    ("gone", "gone", 5),
+)
+
+
 def _summary(stats: dict[str, DomainStats], seconds: float) -> str:
-    lines = [
-        f"{'domain':<24} {'ok':>7} {'failed':>7} {'retried':>7} {'dead':>5} {'invalid':>7} {'skipped':>7}"
-    ]
+    refreshed = any(getattr(s, key) for s in stats.values() for key, _, _ in _REFRESHED)
+    columns = [(key, key, width) for key, width in _SUMMARY] + (list(_REFRESHED) if refreshed else [])
+    lines = [f"{'domain':<24} " + " ".join(f"{title:>{width}}" for _, title, width in columns)]
     total = 0
     for domain, s in sorted(stats.items()):
-        lines.append(
-            f"{domain:<24} {s.ok:>7} {s.failed:>7} {s.retried:>7} {s.dead:>5} {s.invalid:>7} {s.skipped:>7}"
-        )
+        lines.append(f"{domain:<24} " + " ".join(f"{getattr(s, key):>{width}}" for key, _, width in columns))
         total += s.ok + s.failed
     rate = total / seconds if seconds > 0 else 0.0
     lines.append(f"{total} pages in {seconds:.1f}s: {rate:.1f} pages/s")
@@ -160,7 +171,7 @@ def _ack_delays(metrics: Metrics) -> str:
     parts = []
     afters: dict[AckAfter, str] = {"commit": "their row's commit", "retry": "their retry copy"}
     for after, what in afters.items():
-        count, p99 = metrics.ack_delay_quantile(0.99, after)
+        count, p99 = readings.ack_delay_quantile(metrics, 0.99, after)
         if p99 is not None:
             parts.append(f"{count} after {what}, p99 {1000 * p99:.1f} ms")
     return f"acked: {'; '.join(parts) if parts else 'none'}"
@@ -312,9 +323,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("urls", nargs="*", metavar="URL")
     p.add_argument("--prefetch", type=_prefetch, help="per-queue prefetch (default: each domain's)")
     p.add_argument("--fresh", action="store_true", help="forget what earlier crawls saw and queued first")
+    p.add_argument(
+        "--recrawl",
+        choices=["due", "all"],
+        help="also refresh stored pages: those due, or every one of every configured domain",
+    )
     _crawl_options(p)
     _monitoring_options(p)
     _common(p, crawls=True)
+
+    p = sub.add_parser("recrawl", help="publish the stored pages that are due (or all of them), then exit")
+    p.add_argument(
+        "--domain",
+        action="append",
+        dest="recrawl_domains",
+        metavar="DOMAIN",
+        help="only this domain (again for more; default: every domain that recrawls, every one with --all)",
+    )
+    p.add_argument("--all", action="store_true", help="every stored page, due or not, recrawled or not")
+    _common(p)
 
     p = sub.add_parser("crawls", help="crawls: list, show, cancel or delete one")
     p.add_argument("action", choices=["list", "show", "cancel", "delete"])
@@ -401,7 +428,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             started = time.monotonic()
             metrics = Metrics()
             progress = Progress(metrics, wiring.check_domains(config, None))
-            async with background(progress.run()):
+            async with AsyncExitStack() as stack:
+                more = await stack.enter_async_context(_recrawling(settings, config, args.recrawl))
+                await stack.enter_async_context(background(progress.run()))
                 stats = await wiring.consume(
                     settings,
                     config,
@@ -410,8 +439,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     role="crawler crawl",
                     config_path=settings.config_path,
                     monitoring=_monitoring(args, metrics),
+                    more=more,
                 )
             print(_summary(stats, time.monotonic() - started))
+        elif args.command == "recrawl":
+            async with Control.open(settings, config, "crawler recrawl") as control:
+                recrawled = await control.recrawl(args.recrawl_domains, args.all)
+            for domain in sorted(recrawled.published):
+                published, due = recrawled.published[domain], recrawled.due[domain]
+                print(f"{domain:<24} {published:>8} published {due:>8} still due")
         elif args.command == "status" and args.watch:
             await watch(settings, config, args.interval, Console())
         elif args.command == "status":
@@ -432,6 +468,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
     return _run(run)
+
+
+@asynccontextmanager
+async def _recrawling(
+    settings: Settings, config: CrawlConfig, which: str | None
+) -> AsyncIterator[Callable[[], bool]]:
+    """`crawl --recrawl`: a scheduler publishing what is due alongside; what says it has more."""
+    if which is None:
+        yield lambda: False
+        return
+    domains = sorted(d for d, r in config.rules.items() if which == "all" or r.recrawls)
+    async with (
+        connections.broker(settings.amqp_url, "crawler crawl scheduler") as connection,
+        scheduling(settings, lambda: config, connection) as scheduler,
+    ):
+        if which == "all":
+            await scheduler.make_due(domains)
+        stop = asyncio.Event()
+        task = asyncio.create_task(scheduler.run(stop, domains))
+        try:
+            yield scheduler.pending
+        finally:
+            stop.set()
+            await task
 
 
 def _usage(args: argparse.Namespace, message: str) -> int:

@@ -206,6 +206,72 @@ class FetchRule(_Strict):
     fetch: FetchSpec
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*")
+
+
+def parse_duration(value: Any) -> Any:
+    """Seconds from a duration as written: a number (seconds) or 90s, 30m, 6h, 2d, 1w."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return value  # the model says what it wanted
+    if isinstance(value, int | float):
+        return float(value)
+    found = _DURATION.fullmatch(value)
+    if found is None:
+        raise ValueError(f"{value!r} is not a duration: write e.g. 90s, 30m, 6h, 2d or 1w")
+    return float(found[1]) * _UNITS[found[2] or "s"]
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0, le=366 * 86_400)]
+MIN_EVERY = 3_600.0  # recrawl.min when not given: an hour, or `every` if that is shorter
+MAX_EVERY = 30 * 86_400.0  # recrawl.max when not given: 30 days, or `every` if that is longer
+
+
+def _off(value: Any) -> Any:
+    # YAML reads a bare `off` (and `no`) as false: recrawl off, as null says.
+    return None if value is False else value
+
+
+class Recrawl(_Strict):
+    """When a stored page is fetched again: `every` at first, then adaptively between `min` and `max`
+    (longer while it stays unchanged, shorter once it changes); dropped after `drop_after` gone answers."""
+
+    every: Duration = 86_400.0
+    min: Duration | None = None
+    max: Duration | None = None
+    adaptive: bool = True
+    drop_after: int = Field(3, ge=1, le=1_000)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Recrawl:
+        if self.lowest > self.every or self.highest < self.every:
+            seconds = f"{self.lowest:g}, {self.every:g}, {self.highest:g}"
+            raise ValueError(f"need min <= every <= max (in seconds: {seconds})")
+        return self
+
+    @property
+    def lowest(self) -> float:
+        """The shortest interval: `min`, or an hour (`every` if shorter)."""
+        return self.min if self.min is not None else min(MIN_EVERY, self.every)
+
+    @property
+    def highest(self) -> float:
+        """The longest interval: `max`, or 30 days (`every` if longer)."""
+        return self.max if self.max is not None else max(MAX_EVERY, self.every)
+
+
+class RecrawlRule(_Strict):
+    """URLs whose path and query match `match` (a regular expression) are recrawled with these
+    settings over the domain's `recrawl` (or over its defaults, if the domain's is off)."""
+
+    match: Annotated[str, AfterValidator(_check_pattern)]
+    every: Duration | None = None
+    min: Duration | None = None
+    max: Duration | None = None
+    adaptive: bool | None = None
+    drop_after: int | None = Field(None, ge=1, le=1_000)
+
+
 class Rules(_Strict):
     """Crawl rules of one domain; every field may be set in `defaults` or per domain."""
 
@@ -233,6 +299,8 @@ class Rules(_Strict):
     structured: tuple[Structured, ...] = ()
     parse: Hook | None = None
     parsers: tuple[ParseRule, ...] = ()  # per URL; the first match wins over `parse`
+    recrawl: Annotated[Recrawl | None, BeforeValidator(_off)] = None  # None: each page once per crawl
+    recrawl_rules: tuple[RecrawlRule, ...] = ()  # per URL; the first match wins
 
     def fetch_for(self, url: str) -> FetchSpec:
         """How `url` is fetched: the first fetch rule found in its path and query, else `fetch`."""
@@ -243,6 +311,24 @@ class Rules(_Strict):
                 if re.search(rule.match, target):
                     return rule.fetch
         return self.fetch
+
+    def recrawl_for(self, url: str) -> Recrawl | None:
+        """When `url` is fetched again: the first recrawl rule found in its path and query over
+        `recrawl`; None if it is not (the domain's recrawl is off and no rule matches)."""
+        if self.recrawl_rules:
+            parts = urlsplit(url)
+            target = parts.path + ("?" + parts.query if parts.query else "")
+            for rule in self.recrawl_rules:
+                if re.search(rule.match, target):
+                    base = (self.recrawl or Recrawl()).model_dump(exclude_none=True)
+                    own = rule.model_dump(exclude={"match"}, exclude_none=True)
+                    return _recrawl({**base, **own})
+        return self.recrawl
+
+    @property
+    def recrawls(self) -> bool:
+        """True if any of the domain's pages is fetched again on a schedule."""
+        return self.recrawl is not None or bool(self.recrawl_rules)
 
     @property
     def uses_api(self) -> bool:
@@ -281,6 +367,19 @@ class DomainRules(_Strict):
     structured: tuple[Structured, ...] | None = None
     parse: Hook | None = None
     parsers: tuple[ParseRule, ...] | None = None
+    # Unset: the defaults'; `null` or `off`: off for this domain, whatever the defaults say.
+    recrawl: Annotated[Recrawl | None, BeforeValidator(_off)] = None
+    recrawl_rules: tuple[RecrawlRule, ...] | None = None
+
+
+@lru_cache(maxsize=1024)
+def _recrawl_cached(items: tuple[tuple[str, Any], ...]) -> Recrawl:
+    return Recrawl.model_validate(dict(items))
+
+
+def _recrawl(settings: dict[str, Any]) -> Recrawl:
+    # A rule's merge is asked per page: the same few settings, validated once.
+    return _recrawl_cached(tuple(sorted(settings.items())))
 
 
 def _valid_domain(name: str) -> str:
@@ -432,12 +531,17 @@ class CrawlConfig(_Strict):
     @cached_property
     def rules(self) -> dict[str, Rules]:
         """Each domain's effective rules: its own settings over the defaults."""
-        return {
-            domain: Rules.model_validate(
-                {**self.defaults.model_dump(), **overrides.model_dump(exclude_none=True)}
-            )
-            for domain, overrides in self.domains.items()
-        }
+        return {domain: self._merged(overrides) for domain, overrides in self.domains.items()}
+
+    def _merged(self, overrides: DomainRules) -> Rules:
+        merged = {**self.defaults.model_dump(), **overrides.model_dump(exclude_none=True)}
+        if "recrawl" in overrides.model_fields_set and overrides.recrawl is None:
+            # `recrawl: null` turns the defaults' off (their rules too, unless it has its own),
+            # where an unset key takes them.
+            merged["recrawl"] = None
+            if overrides.recrawl_rules is None:
+                merged["recrawl_rules"] = ()
+        return Rules.model_validate(merged)
 
     def domain_of(self, host: str) -> str | None:
         """The configured domain that owns `host` (itself or a parent), or None."""

@@ -19,6 +19,7 @@ from crawler import cli
 from crawler.api import main as api
 from crawler.config import load_config
 from crawler.gateway import cli as gateway
+from crawler.scheduler import cli as scheduler
 
 ROOT = Path(__file__).parents[1]
 README = ROOT / "README.md"
@@ -30,6 +31,7 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "crawler-consume": cli.build_consume_parser,
     "crawler-api": api.build_parser,
     "crawler-gateway": gateway.build_parser,
+    "crawler-scheduler": scheduler.build_parser,
 }
 
 

@@ -31,7 +31,7 @@ from crawler.errors import (
 )
 from crawler.frontier.message import CRAWL_ID
 from crawler.service import Control, CrawlView, DomainView, NewCrawl
-from crawler.service.inputs import DEAD_LIMIT, CrawlRequest, DeadReason
+from crawler.service.inputs import DEAD_LIMIT, CrawlRequest, DeadReason, RecrawlRequest
 from crawler.settings import Settings
 
 MAX_BODY_BYTES = 64 * 1024
@@ -146,6 +146,13 @@ class DeadList(BaseModel):
     """Dead letters, oldest first."""
 
     dead: list[DeadLetterOut]
+
+
+class RecrawlOut(BaseModel):
+    """What a recrawl published per domain now, and what stays due (published as room allows)."""
+
+    published: dict[str, int]
+    due: dict[str, int]
 
 
 class Counted(BaseModel):
@@ -280,6 +287,13 @@ async def resume_domain(domain: Domain, request: Request) -> DomainOut:
     control = _control(request)
     chosen = await control.resume(domain)
     return next(DomainOut.of(d) for d in await control.domains() if d.domain == chosen)
+
+
+@v1.post("/recrawls", dependencies=ADMIN, response_model=RecrawlOut)
+async def recrawl(body: RecrawlRequest, request: Request) -> RecrawlOut:
+    """Publish the stored pages that are due (with `all`: every one, due or not) into their queues."""
+    done = await _control(request).recrawl(body.domains, body.all)
+    return RecrawlOut(published=done.published, due=done.due)
 
 
 DomainFilter = Annotated[str | None, Query(max_length=253, description="this domain and its subdomains")]

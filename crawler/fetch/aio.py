@@ -17,7 +17,14 @@ from yarl import URL
 from crawler.config import CrawlConfig, Rules
 from crawler.errors import BadResponse, ConnectFailed, FetchError, Refused, TooLarge
 from crawler.fetch.connect import AddressPolicy, GuardedBackend, GuardedResolver
-from crawler.fetch.fetcher import HTML_TYPES, REDIRECTS, BoundedFetcher, read_body, request_headers
+from crawler.fetch.fetcher import (
+    HTML_TYPES,
+    REDIRECTS,
+    BoundedFetcher,
+    Headers,
+    read_body,
+    request_headers,
+)
 
 MAX_HEADER_BYTES = 65_536
 
@@ -46,10 +53,14 @@ class AiohttpFetcher(BoundedFetcher):
             max_field_size=MAX_HEADER_BYTES,
         )
 
-    async def _get(self, url: str, rules: Rules, html_only: bool) -> tuple[int, httpx.Headers, bytes]:
+    async def _get(
+        self, url: str, rules: Rules, html_only: bool, headers: Headers | None
+    ) -> tuple[int, httpx.Headers, bytes]:
         await self._check_literal(url)
         try:
-            async with self._session.get(URL(url, encoded=True), allow_redirects=False) as resp:
+            async with self._session.get(
+                URL(url, encoded=True), allow_redirects=False, headers=headers
+            ) as resp:
                 headers = httpx.Headers(list(resp.headers.items()))
                 media = resp.headers.get("Content-Type", "text/html").split(";")[0].strip()
                 if resp.status in REDIRECTS or (html_only and media.lower() not in HTML_TYPES):

@@ -37,7 +37,7 @@ from crawler.errors import (
     Refused,
     TooLarge,
 )
-from crawler.fetch.fetcher import Fetcher, Response, read_body, request_headers
+from crawler.fetch.fetcher import Fetcher, Headers, Response, read_body, request_headers
 
 Profile = Literal["envelope", "scrapingbee"]
 ENV_URL = "CRAWLER_FETCH_API_URL"
@@ -113,8 +113,14 @@ class ApiFetcher:
         """The name credits are counted under (crawler_credits_used_total{backend})."""
         return "gateway" if self._profile == "envelope" else self._profile
 
-    async def fetch(self, url: str, rules: Rules, *, html_only: bool = True) -> Response:
-        """One request for `url` through the service, within the domain's deadline and body limit."""
+    async def fetch(
+        self, url: str, rules: Rules, *, html_only: bool = True, headers: Headers | None = None
+    ) -> Response:
+        """One request for `url` through the service, within the domain's deadline and body limit.
+
+        `headers` are not sent: a fetch service takes no request headers of its caller's, so a
+        refresh through it is told unchanged by its content's signature, never by a 304.
+        """
         spec = rules.fetch_for(url)
         deadline = rules.timeout + ANSWER_MARGIN
         try:
@@ -386,13 +392,15 @@ class RoutingFetcher:
         """The fetch-service backend, if one is configured."""
         return self._api
 
-    async def fetch(self, url: str, rules: Rules, *, html_only: bool = True) -> Response:
+    async def fetch(
+        self, url: str, rules: Rules, *, html_only: bool = True, headers: Headers | None = None
+    ) -> Response:
         """Fetch `url` through the backend `rules.fetch_for(url)` names."""
         if rules.fetch_for(url).via == "api":
             if self._api is None:
                 raise ConfigError(f"{url} is to be fetched through `fetch: api`, but no fetch service is set")
-            return await self._api.fetch(url, rules, html_only=html_only)
-        return await self._direct.fetch(url, rules, html_only=html_only)
+            return await self._api.fetch(url, rules, html_only=html_only, headers=headers)
+        return await self._direct.fetch(url, rules, html_only=html_only, headers=headers)
 
     async def aclose(self) -> None:
         """Release both backends' connections."""

@@ -8,7 +8,7 @@ redirect like a link, so each hop gets its own rate token, robots.txt verdict an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -67,6 +67,9 @@ class Response:
         return media in HTML_TYPES
 
 
+Headers = Mapping[str, str]
+"""Request headers beyond those every fetch sends."""
+
 Hop = Callable[[str], Awaitable[None]]
 """Clears one request of a followed chain before it is sent (scope, rate token); BadURL refuses it."""
 
@@ -74,11 +77,14 @@ Hop = Callable[[str], Awaitable[None]]
 class Fetcher(Protocol):
     """A way to fetch pages: direct, through a proxy pool, or a scraping API."""
 
-    async def fetch(self, url: str, rules: Rules, *, html_only: bool = True) -> Response:
+    async def fetch(
+        self, url: str, rules: Rules, *, html_only: bool = True, headers: Headers | None = None
+    ) -> Response:
         """One request for `url` within the domain's deadline and body limit; FetchError on failure.
 
         A redirect is returned as it is, not followed. With `html_only`, a body that is not HTML is
-        not read (its outcome is recorded all the same).
+        not read (its outcome is recorded all the same). `headers` go with the request (a refresh's
+        If-None-Match and If-Modified-Since) where the transport can send them.
         """
         ...
 
@@ -114,19 +120,23 @@ def request_headers(config: CrawlConfig) -> dict[str, str]:
 class BoundedFetcher:
     """The deadline every transport shares; a transport supplies `_get`."""
 
-    async def fetch(self, url: str, rules: Rules, *, html_only: bool = True) -> Response:
+    async def fetch(
+        self, url: str, rules: Rules, *, html_only: bool = True, headers: Headers | None = None
+    ) -> Response:
         """One request for `url` within the domain's deadline and body limit; redirects not followed."""
         try:
             async with asyncio.timeout(rules.timeout):
-                status, headers, body = await self._get(url, rules, html_only)
+                status, answered, body = await self._get(url, rules, html_only, headers)
         except TimeoutError:
             raise FetchTimeout(f"no complete response within {rules.timeout:g}s", url=url) from None
         except FetchError as exc:
             exc.url = exc.url or url
             raise
-        return Response(url, url, status, headers, body)
+        return Response(url, url, status, answered, body)
 
-    async def _get(self, url: str, rules: Rules, html_only: bool) -> tuple[int, httpx.Headers, bytes]:
+    async def _get(
+        self, url: str, rules: Rules, html_only: bool, headers: Headers | None
+    ) -> tuple[int, httpx.Headers, bytes]:
         raise NotImplementedError
 
     async def aclose(self) -> None:
@@ -149,9 +159,11 @@ class HttpFetcher(BoundedFetcher):
             trust_env=False,
         )
 
-    async def _get(self, url: str, rules: Rules, html_only: bool) -> tuple[int, httpx.Headers, bytes]:
+    async def _get(
+        self, url: str, rules: Rules, html_only: bool, headers: Headers | None
+    ) -> tuple[int, httpx.Headers, bytes]:
         try:
-            async with self._client.stream("GET", url) as resp:
+            async with self._client.stream("GET", url, headers=headers) as resp:
                 media = resp.headers.get("content-type", "text/html").split(";")[0].strip()
                 if resp.status_code in REDIRECTS or (html_only and media.lower() not in HTML_TYPES):
                     return resp.status_code, resp.headers, b""

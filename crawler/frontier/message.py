@@ -22,6 +22,48 @@ MAX_DEPTH = 1_000_000
 MAX_VIA = 64  # redirect hops a message may carry; max_redirects stops at 50
 # A crawl id: it becomes part of Redis keys, so only characters that need no quoting there.
 CRAWL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_VALIDATOR = 512  # an ETag, Last-Modified or signature a refresh may carry (the row's column size)
+
+
+@dataclass(frozen=True, slots=True)
+class Refresh:
+    """What a refresh of a stored page carries from its row: the validators to send, the signature
+    to compare, its interval so far and its gone answers in a row."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+    signature: str | None = None
+    interval: float | None = None
+    gone: int = 0
+
+    def encode(self) -> dict[str, Any]:
+        """The refresh as the message's "refresh" object (absent values left out)."""
+        out: dict[str, Any] = {"gone": self.gone}
+        for key in ("etag", "last_modified", "signature", "interval"):
+            if (value := getattr(self, key)) is not None:
+                out[key] = value
+        return out
+
+    @classmethod
+    def decode(cls, data: Any) -> Refresh:
+        """A refresh from a message's "refresh" object; InvalidMessage saying what is wrong."""
+        if not isinstance(data, dict):
+            raise InvalidMessage("'refresh' is not a JSON object")
+        texts = {key: data.get(key) for key in ("etag", "last_modified", "signature")}
+        for key, value in texts.items():
+            if value is not None and (not isinstance(value, str) or len(value) > MAX_VALIDATOR):
+                raise InvalidMessage(f"'refresh.{key}' is not a string of at most {MAX_VALIDATOR} characters")
+        interval, gone = data.get("interval"), data.get("gone", 0)
+        if interval is not None and (
+            isinstance(interval, bool) or not isinstance(interval, int | float) or not 0 < interval < 1e9
+        ):
+            raise InvalidMessage("'refresh.interval' is not a positive number of seconds")
+        if isinstance(gone, bool) or not isinstance(gone, int) or not 0 <= gone <= 1_000:
+            raise InvalidMessage("'refresh.gone' is not an integer from 0 to 1000")
+        return cls(
+            texts["etag"], texts["last_modified"], texts["signature"],
+            float(interval) if interval is not None else None, gone,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +79,7 @@ class CrawlMessage:
     depth: int = 0
     via: tuple[str, ...] = ()
     crawl: str | None = None
+    refresh: Refresh | None = None  # set: a stored page fetched again on its schedule
 
     def encode(self) -> bytes:
         """The JSON body of this message."""
@@ -45,6 +88,8 @@ class CrawlMessage:
             body["via"] = list(self.via)
         if self.crawl is not None:
             body["crawl"] = self.crawl
+        if self.refresh is not None:
+            body["refresh"] = self.refresh.encode()
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -78,7 +123,8 @@ class CrawlMessage:
         crawl = data.get("crawl")
         if crawl is not None and (not isinstance(crawl, str) or not CRAWL_ID.fullmatch(crawl)):
             raise InvalidMessage("'crawl' is not a crawl id (1-64 letters, digits, '-' or '_')")
-        return cls(url=url, depth=depth, via=tuple(via), crawl=crawl)
+        refresh = Refresh.decode(data["refresh"]) if data.get("refresh") is not None else None
+        return cls(url=url, depth=depth, via=tuple(via), crawl=crawl, refresh=refresh)
 
 
 def persistent(body: bytes, priority: int, headers: Mapping[str, Any] | None = None) -> Message:

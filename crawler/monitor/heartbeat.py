@@ -23,6 +23,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from crawler.monitor import readings
 from crawler.monitor.metrics import Metrics
 from crawler.names import GONE_KEPT, HEARTBEAT_TTL, Names
 
@@ -98,7 +99,7 @@ class Heartbeat:
             pid=self.pid,
             role=self.role,
             domains=list(self.domains()),
-            pages=self.metrics.pages_done(),
+            pages=readings.pages_done(self.metrics),
             started=self.started,
             beat=time.time(),
             ttl=self.ttl,

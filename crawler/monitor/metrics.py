@@ -6,10 +6,8 @@ use only these.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -17,14 +15,10 @@ from prometheus_client import (
     Gauge,
     Histogram,
     ProcessCollector,
-    make_wsgi_app,
-    start_http_server,
 )
-from prometheus_client.metrics import MetricWrapperBase
 
 from crawler.connections import Blocking
 from crawler.errors import (
-    ConfigError,
     ConnectFailed,
     FetchError,
     FetchTimeout,
@@ -34,7 +28,6 @@ from crawler.errors import (
 )
 from crawler.frontier.retry import Failure
 from crawler.frontier.router import Routed
-from crawler.names import HEARTBEAT_TTL
 from crawler.sink.sql import PageRecord
 
 FETCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -112,6 +105,11 @@ class DomainStats:
     dead: int = 0
     invalid: int = 0
     skipped: int = 0
+    # Refreshes of stored pages, by what they found (crawler/worker/refresh.py).
+    changed: int = 0
+    not_modified: int = 0
+    same_signature: int = 0
+    gone: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +205,12 @@ class Metrics:
             "what a crash in between would do again",
             ["after"],
             buckets=ACK_BUCKETS,
+            registry=r,
+        )
+        self.refreshes = Counter(
+            "crawler_refreshes",
+            "Stored pages fetched again on their schedule, by what the fetch found",
+            ["domain", "found"],
             registry=r,
         )
         self.inflight = Gauge(
@@ -332,6 +336,10 @@ class Metrics:
         """Time a fetch to `domain` waited for a rate-limit token (called by the rate limiter)."""
         self.rate_wait.labels(domain).observe(seconds)
 
+    def observe_refresh(self, domain: str, found: str) -> None:
+        """A refresh's final answer: changed, not_modified, same_signature, gone or failed."""
+        self.refreshes.labels(domain, found).inc()
+
     def observe_ack_delay(self, after: AckAfter, seconds: float) -> None:
         """The time from a delivery's work being done to its ack being written."""
         self.ack_delay.labels(after).observe(seconds)
@@ -360,174 +368,3 @@ class Metrics:
     def beat(self, when: float) -> None:
         """The worker's heartbeat at Unix time `when`."""
         self.heartbeat.set(when)
-
-    # -- reading back -----------------------------------------------------------------------------
-
-    def totals(self, domain: str) -> Totals:
-        """The domain's counts so far."""
-        return self.all_totals().get(domain, Totals())
-
-    def all_totals(self) -> dict[str, Totals]:
-        """Every domain's counts so far, in one pass over the samples (not one per domain)."""
-        counts: dict[str, dict[str, float]] = {}
-
-        def add(metric: MetricWrapperBase, key: str, **labels: str) -> None:
-            for s in _samples(metric):
-                if s.name.endswith("_created") or any(s.labels.get(k) != v for k, v in labels.items()):
-                    continue
-                domain = s.labels.get("domain", "")
-                into = counts.setdefault(domain, {})
-                into[key] = into.get(key, 0.0) + s.value
-
-        add(self.pages, "done")
-        add(self.pages, "failed", outcome="failed")
-        add(self.errors, "errors")
-        add(self.retries, "retries")
-        add(self.dead_letters, "dead")
-        add(self.inflight, "inflight")
-        add(self.queue_ready, "queued", kind="domain")
-        return {
-            domain: Totals(
-                done=int(c.get("done", 0)),
-                failed=int(c.get("failed", 0)),
-                errors=int(c.get("errors", 0)),
-                retries=int(c.get("retries", 0)),
-                dead=int(c.get("dead", 0)),
-                inflight=int(c.get("inflight", 0)),
-                queued=int(c["queued"]) if "queued" in c else None,
-            )
-            for domain, c in counts.items()
-        }
-
-    def summary(self, domains: Sequence[str] = ()) -> dict[str, DomainStats]:
-        """Each domain's outcomes so far (every one of `domains`, zeros included), from the same counts."""
-        counts: dict[str, dict[str, float]] = {d: {} for d in domains}
-
-        def add(metric: MetricWrapperBase, key: str, **labels: str) -> None:
-            for s in _samples(metric):
-                if s.name.endswith("_created") or any(s.labels.get(k) != v for k, v in labels.items()):
-                    continue
-                into = counts.setdefault(s.labels.get("domain", ""), {})
-                into[key] = into.get(key, 0.0) + s.value
-
-        add(self.pages, "ok", outcome="ok")
-        add(self.pages, "failed", outcome="failed")
-        add(self.retries, "retried")
-        add(self.dead_letters, "dead", reason="exhausted")
-        add(self.dead_letters, "invalid", reason="invalid")
-        add(self.skipped, "skipped")
-        return {
-            domain: DomainStats(**{k: int(v) for k, v in c.items()}) for domain, c in counts.items() if domain
-        }
-
-    def ack_delay_quantile(self, q: float, after: AckAfter) -> tuple[int, float | None]:
-        """How many acks were observed after `after`, and their `q` quantile in seconds (None if none),
-        interpolated within its bucket as Prometheus' histogram_quantile does."""
-        buckets = sorted(
-            (float(s.labels["le"]), s.value)
-            for s in _samples(self.ack_delay)
-            if s.name.endswith("_bucket") and s.labels.get("after") == after
-        )
-        count = int(buckets[-1][1]) if buckets else 0
-        if count == 0:
-            return 0, None
-        rank, lower, below = q * count, 0.0, 0.0
-        for upper, cumulative in buckets:
-            if cumulative >= rank:
-                if upper == float("inf"):
-                    return count, lower  # past the last bound: the last bound is all that is known
-                return count, lower + (upper - lower) * (rank - below) / (cumulative - below)
-            lower, below = upper, cumulative
-        return count, lower
-
-    def health(self, max_age: float = HEARTBEAT_TTL, now: float | None = None) -> tuple[bool, str]:
-        """Whether the last heartbeat is at most `max_age` seconds old, and a line saying so."""
-        beat = _sum(self.heartbeat)
-        if beat <= 0:
-            return False, "no heartbeat yet"
-        age = (time.time() if now is None else now) - beat
-        return age <= max_age, f"last heartbeat {age:.1f}s ago (limit {max_age:g}s)"
-
-    def pages_done(self) -> int:
-        """Pages this worker brought to a final outcome, every domain together."""
-        return int(_sum(self.pages))
-
-    def exported_names(self) -> set[str]:
-        """Every sample name the /metrics endpoint can show (with _total, _bucket, ... suffixes)."""
-        names: set[str] = set()
-        for family in self.registry.collect():
-            suffixes = {
-                "counter": ("_total", "_created"),
-                "histogram": ("_bucket", "_count", "_sum", "_created"),
-                "summary": ("_count", "_sum", "_created"),
-            }.get(family.type, ("",))
-            names.update(family.name + s for s in suffixes)
-        return names
-
-    # -- serving ----------------------------------------------------------------------------------
-
-    def serve(self, port: int, addr: str = "0.0.0.0", max_beat_age: float = HEARTBEAT_TTL) -> MetricsServer:
-        """Serve /metrics, and /healthz (200 while the heartbeat is fresh, else 503), from a thread.
-
-        From a thread, so a stuck event loop still answers: /healthz then reports the stale beat.
-        """
-        try:
-            server, thread = start_http_server(port, addr, registry=self.registry)
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot serve metrics on {addr}:{port} ({exc.strerror or exc}); "
-                "choose another --metrics-port"
-            ) from None
-        # prometheus-client picks the address family and a quiet handler; only the app is ours.
-        server.set_app(_with_healthz(make_wsgi_app(self.registry), lambda: self.health(max_beat_age)))
-        return MetricsServer(server, thread)
-
-
-class MetricsServer:
-    """A running /metrics endpoint."""
-
-    def __init__(self, server: Any, thread: Any) -> None:
-        self._server = server
-        self._thread = thread
-
-    @property
-    def port(self) -> int:
-        """The port it listens on (useful when started on port 0)."""
-        port: int = self._server.server_port
-        return port
-
-    def close(self) -> None:
-        """Stop serving and release the port."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-
-def _with_healthz(app: Any, health: Callable[[], tuple[bool, str]]) -> Any:
-    """A WSGI app answering /healthz from `health` and everything else from `app`."""
-
-    def wrapped(environ: dict[str, Any], start_response: Any) -> Any:
-        if environ.get("PATH_INFO") != "/healthz":
-            return app(environ, start_response)
-        ok, line = health()
-        start_response(
-            "200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8")]
-        )
-        return [f"{'ok' if ok else 'unhealthy'}: {line}\n".encode()]
-
-    return wrapped
-
-
-def _samples(metric: MetricWrapperBase) -> Iterable[Any]:
-    for family in metric.collect():
-        yield from family.samples
-
-
-def _sum(metric: MetricWrapperBase, **labels: str) -> float:
-    total = 0.0
-    for s in _samples(metric):
-        if s.name.endswith("_created"):
-            continue
-        if all(s.labels.get(k) == v for k, v in labels.items()):
-            total += s.value
-    return total

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from crawler.monitor import readings
 from crawler.monitor.logs import FIELDS
 from crawler.monitor.metrics import Metrics, Totals
 
@@ -60,7 +61,7 @@ class Progress:
         """Each domain's progress as of now."""
         now = time.monotonic() if now is None else now
         out = []
-        totals = self.metrics.all_totals()
+        totals = readings.all_totals(self.metrics)
         for domain in self.domains:
             t = totals.get(domain, Totals())
             out.append(Row(domain, t.done, t.queued, t.inflight, self._rate(domain, now, t.done), t.errors))

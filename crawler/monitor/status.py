@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -18,6 +18,7 @@ from crawler import connections
 from crawler.config import CrawlConfig
 from crawler.monitor.heartbeat import workers
 from crawler.settings import Settings
+from crawler.sink.schedule import Backlog, Schedule
 from crawler.sink.sql import Sink, migrate
 
 MANAGEMENT_PORT = 15672
@@ -35,6 +36,16 @@ class QueueDepth:
 
 
 @dataclass(frozen=True, slots=True)
+class Freshness:
+    """A domain's schedule: its pages due now, how long the oldest of them has waited (None: none is
+    due), and its pages by what their last fetch found (new, changed, not_modified, ...)."""
+
+    due: int = 0
+    overdue_seconds: float | None = None
+    found: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class DomainStatus:
     """One domain's queue and stored pages."""
 
@@ -44,6 +55,7 @@ class DomainStatus:
     pages_failed: int
     pages_per_second: float  # pages stored over the last RATE_WINDOW seconds
     credits: float = 0.0  # fetch-service credits its stored pages were charged (all attempts)
+    freshness: Freshness = field(default_factory=Freshness)
 
 
 def management_url(amqp_url: str, api_url: str | None = None) -> tuple[str, str, tuple[str, str]]:
@@ -115,14 +127,33 @@ async def queue_depths(
     return await _from_broker(connection, queues), "passive"
 
 
-def _stored(database_url: str) -> tuple[dict[str, tuple[int, int]], dict[str, int], dict[str, float]]:
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """What the sink says: pages per domain, stored lately, credits, due now, and as last found."""
+
+    counts: dict[str, tuple[int, int]]
+    recent: dict[str, int]
+    credits: dict[str, float]
+    backlog: dict[str, Backlog]
+    found: dict[str, dict[str, int]]
+
+
+def _stored(database_url: str, domains: list[str]) -> _Stored:
     migrate(database_url)
-    sink = Sink(database_url)
+    sink, schedule = Sink(database_url), Schedule(database_url)
     try:
-        since = datetime.now(UTC) - timedelta(seconds=RATE_WINDOW)
-        return sink.counts(), sink.counts_since(since), sink.credits()
+        now = datetime.now(UTC)
+        since = now - timedelta(seconds=RATE_WINDOW)
+        return _Stored(
+            sink.counts(),
+            sink.counts_since(since),
+            sink.credits(),
+            schedule.backlog(domains, now),
+            schedule.found(domains),
+        )
     finally:
         sink.close()
+        schedule.close()
 
 
 async def _workers(settings: Settings) -> list[dict[str, Any]]:
@@ -141,24 +172,35 @@ async def status(
             return await status(settings, config, own)
     names = settings.names
     extra = [names.unrouted, names.dead, *(names.retry_queue(d) for d in config.retry_tiers)]
-    queues = [names.domain_queue(d) for d in sorted(config.domains)]
-    (depths, source), (counts, recent, credits), found = await asyncio.gather(
+    chosen = sorted(config.domains)
+    queues = [names.domain_queue(d) for d in chosen]
+    (depths, source), stored, found = await asyncio.gather(
         queue_depths(settings, queues + extra, connection),
-        asyncio.to_thread(_stored, settings.database_url),
+        asyncio.to_thread(_stored, settings.database_url, chosen),
         _workers(settings),
     )
     missing = QueueDepth("", 0, None, 0)
+    now = datetime.now(UTC)
     domains = []
-    for d in sorted(config.domains):
-        ok, failed = counts.get(d, (0, 0))
+    for d in chosen:
+        ok, failed = stored.counts.get(d, (0, 0))
         depth = depths.get(names.domain_queue(d), missing)
-        rate = round(recent.get(d, 0) / RATE_WINDOW, 2)
-        domains.append(DomainStatus(d, depth, ok, failed, rate, round(credits.get(d, 0.0), 2)))
+        rate = round(stored.recent.get(d, 0) / RATE_WINDOW, 2)
+        backlog = stored.backlog.get(d)
+        oldest = backlog.oldest if backlog is not None else None
+        freshness = Freshness(
+            backlog.due if backlog is not None else 0,
+            round((now - oldest).total_seconds(), 1) if oldest is not None else None,
+            stored.found.get(d, {}),
+        )
+        domains.append(
+            DomainStatus(d, depth, ok, failed, rate, round(stored.credits.get(d, 0.0), 2), freshness)
+        )
     return {
         "depths_from": source,
         "domains": [asdict(s) for s in domains],
         "queues": [asdict(depths[q]) for q in extra if q in depths],
-        "pages_per_second": round(sum(recent.values()) / RATE_WINDOW, 2),
+        "pages_per_second": round(sum(stored.recent.values()) / RATE_WINDOW, 2),
         "workers": found,
     }
 
@@ -169,18 +211,32 @@ def _depth_cells(q: dict[str, Any]) -> list[str]:
 
 
 def _queue_rows(data: dict[str, Any]) -> list[list[str]]:
-    # Most crawls fetch directly and spend nothing: the column appears only when some domain paid.
+    # Most crawls fetch directly and spend nothing, and crawl once: those columns appear only when
+    # some domain paid, or has a schedule.
     paid = any(d.get("credits", 0) for d in data["domains"])
-    rows = [
-        ["queue", "ready", "unacked", "consumers", "ok", "failed", "pages/s", *(["credits"] if paid else [])]
-    ]
+    fresh = any(d["freshness"]["due"] or d["freshness"]["found"] for d in data["domains"])
+    head = ["queue", "ready", "unacked", "consumers", "ok", "failed", "pages/s"]
+    rows = [[*head, *(["credits"] if paid else []), *(_FRESHNESS if fresh else [])]]
     for d in data["domains"]:
         ok, failed, rate = str(d["pages_ok"]), str(d["pages_failed"]), f"{d['pages_per_second']:.2f}"
         spent = [f"{d.get('credits', 0):g}"] if paid else []
-        rows.append([d["domain"], *_depth_cells(d["queue"]), ok, failed, rate, *spent])
+        schedule = _freshness_cells(d["freshness"]) if fresh else []
+        rows.append([d["domain"], *_depth_cells(d["queue"]), ok, failed, rate, *spent, *schedule])
+    blank = [""] * (3 + paid + len(_FRESHNESS) * fresh)
     for q in data["queues"]:
-        rows.append([q["name"], *_depth_cells(q), "", "", "", *([""] if paid else [])])
+        rows.append([q["name"], *_depth_cells(q), *blank])
     return rows
+
+
+_FRESHNESS = ["due", "overdue", "changed", "unchanged", "gone"]
+
+
+def _freshness_cells(f: dict[str, Any]) -> list[str]:
+    """A domain's schedule: due now, the oldest due's wait, and its pages as their last fetch found them."""
+    found = f["found"]
+    overdue = "-" if f["overdue_seconds"] is None else f"{f['overdue_seconds']:.0f}s"
+    unchanged = found.get("not_modified", 0) + found.get("same_signature", 0)
+    return [str(f["due"]), overdue, str(found.get("changed", 0)), str(unchanged), str(found.get("gone", 0))]
 
 
 def _worker_rows(data: dict[str, Any]) -> list[list[str]]:
@@ -199,7 +255,10 @@ def _domains_cell(domains: list[str], most: int = 5) -> str:
     return f"{','.join(domains[:most])} and {len(domains) - most} more"
 
 
-_NUMBERS = {"ready", "unacked", "consumers", "ok", "failed", "pages/s", "credits", "last beat", "pages"}
+_NUMBERS = {
+    *("ready", "unacked", "consumers", "ok", "failed", "pages/s", "credits", "last beat", "pages"),
+    *_FRESHNESS,
+}
 
 
 def _columns(rows: list[list[str]]) -> str:

@@ -2,6 +2,6 @@
 health. Each verb is written once here; `crawler.cli` and `crawler.api` only translate to and from it.
 """
 
-from crawler.service.control import Control, CrawlView, DomainView, NewCrawl, check_crawl
+from crawler.service.control import Control, CrawlView, DomainView, NewCrawl, RecrawlView, check_crawl
 
-__all__ = ["Control", "CrawlView", "DomainView", "NewCrawl", "check_crawl"]
+__all__ = ["Control", "CrawlView", "DomainView", "NewCrawl", "RecrawlView", "check_crawl"]

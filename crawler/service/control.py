@@ -16,6 +16,7 @@ from crawler.frontier import dead
 from crawler.frontier.crawls import CrawlOptions, CrawlState, pending
 from crawler.monitor.heartbeat import workers
 from crawler.monitor.status import status
+from crawler.scheduler.running import scheduling
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlRecord, CrawlStore
 from crawler.sink.crawls import CrawlState as State
@@ -49,6 +50,15 @@ class CrawlView:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     # Credits spent by paid fetch backends; None until the fetch gateway records them per crawl.
     credits: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecrawlView:
+    """What a recrawl did per domain: pages published now, and pages still due (published later,
+    as the domain's queue makes room: by crawler-scheduler, or the next recrawl)."""
+
+    published: dict[str, int]
+    due: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +241,25 @@ class Control:
             return wiring.check_domains(self.config, [domain])
         except ConfigError as exc:
             raise NotFound(str(exc)) from None
+
+    # Recrawls
+
+    async def recrawl(self, domains: Sequence[str] | None = None, every: bool = False) -> RecrawlView:
+        """Publish the stored pages due in `domains` (default: those that recrawl), each domain within
+        what it can fetch in the next minutes; with `every`, each stored page of them is made due
+        first, recrawled or not (default: every configured domain)."""
+        if domains:
+            chosen = wiring.check_domains(self.config, domains)
+        else:
+            chosen = sorted(d for d, r in self.config.rules.items() if every or r.recrawls)
+        async with scheduling(self.settings, lambda: self.config, self._f.connection) as scheduler:
+            if every:
+                await scheduler.make_due(chosen)
+            published = await scheduler.publish_due(chosen)
+            left = await scheduler.backlog(chosen)
+        return RecrawlView(
+            {d: published.get(d, 0) for d in chosen}, {d: left[d].due if d in left else 0 for d in chosen}
+        )
 
     # Dead letters
 

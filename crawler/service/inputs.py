@@ -13,6 +13,16 @@ DEAD_REASONS: tuple[str, ...] = get_args(DeadReason)
 DEAD_LIMIT = (1, 10_000)  # how many dead letters one listing may show, at least and at most
 
 
+class RecrawlRequest(BaseModel):
+    """Stored pages to fetch again: those due (or, with `all`, every one) of `domains`."""
+
+    model_config = ConfigDict(extra="forbid")
+    domains: list[Annotated[str, Field(min_length=1, max_length=253)]] | None = Field(
+        None, min_length=1, max_length=1000
+    )
+    all: bool = False
+
+
 class CrawlRequest(BaseModel):
     """A crawl to start: seeds and options."""
 

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     Float,
+    Index,
     Integer,
     MetaData,
     String,
@@ -29,6 +30,7 @@ from sqlalchemy import (
     false,
     func,
     select,
+    text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine, make_url
@@ -43,6 +45,8 @@ from crawler.errors import ConfigError, ServiceUnavailable, SinkError
 _MIGRATING = threading.Lock()
 CONTENT_TYPE_LENGTH = 255
 EXIT_ID_LENGTH = 64
+ETAG_LENGTH = 512
+LAST_MODIFIED_LENGTH = 64
 # How long a SQLite connection waits for another process's lock before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -70,6 +74,19 @@ class PageRecord:
     exit_id: str | None = None  # the fetch service's exit that carried it, by id (never its URL)
     crawl: str | None = None  # the crawl that stored it; None: the default crawl
     rendered: bool = False  # a browser ran the page's scripts and the parser read the rendered DOM
+    # Its schedule (crawler/frontier/recrawl.py): the validators to send next time, what its content
+    # was, when it last changed, its interval, when it is due (None: not scheduled), gone answers.
+    etag: str | None = None
+    last_modified: str | None = None
+    signature: str | None = None
+    changed_at: datetime | None = None
+    found: str | None = None  # what its last fetch found: new, changed, not_modified, same_signature, ...
+    fetch_interval: float | None = None
+    next_fetch_at: datetime | None = None
+    gone: int = 0
+    # Columns whose stored value stays: a refresh that found the page unchanged, or gone, leaves
+    # its content (and, unchanged, its status) as they were.
+    keep: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         # SQLite drops the offset when storing, so a naive or non-UTC time would be stored wrong.
@@ -113,6 +130,25 @@ class Page(Base):
     # The crawl that stored this row: one row per URL, the latest crawl's (docs/api.md).
     crawl_id: Mapped[str | None] = mapped_column(String(64), index=True)
     rendered: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    etag: Mapped[str | None] = mapped_column(String(ETAG_LENGTH))
+    last_modified: Mapped[str | None] = mapped_column(String(LAST_MODIFIED_LENGTH))
+    signature: Mapped[str | None] = mapped_column(String(64))
+    changed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    found: Mapped[str | None] = mapped_column(String(16))
+    fetch_interval: Mapped[float | None] = mapped_column(Float)
+    next_fetch_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    gone: Mapped[int] = mapped_column(Integer, server_default="0")
+
+    __table_args__ = (
+        # Only scheduled rows: a domain's due query reads the index alone, in order (migration 0005).
+        Index(
+            "ix_pages_domain_next_fetch_at",
+            "domain",
+            "next_fetch_at",
+            postgresql_where=text("next_fetch_at IS NOT NULL"),
+            sqlite_where=text("next_fetch_at IS NOT NULL"),
+        ),
+    )
 
 
 def engine_url(database_url: str) -> URL:
@@ -218,6 +254,14 @@ def _record_row(record: PageRecord) -> dict[str, Any]:
         "exit_id": _text(record.exit_id, EXIT_ID_LENGTH),
         "crawl_id": record.crawl,
         "rendered": record.rendered,
+        "etag": _text(record.etag, ETAG_LENGTH),
+        "last_modified": _text(record.last_modified, LAST_MODIFIED_LENGTH),
+        "signature": record.signature,
+        "changed_at": record.changed_at and record.changed_at.astimezone(UTC),
+        "found": record.found,
+        "fetch_interval": record.fetch_interval,
+        "next_fetch_at": record.next_fetch_at and record.next_fetch_at.astimezone(UTC),
+        "gone": record.gone,
     }
 
 
@@ -228,12 +272,19 @@ class Sink:
         self._url = engine_url(database_url)
         self._redacted = _redact(self._url)
         self._engine = create_sink_engine(self._url)
-        dialect = postgresql if self._url.get_backend_name() == "postgresql" else sqlite
-        stmt = dialect.insert(Page)
-        updated = [c.name for c in Page.__table__.c if c.name not in ("id", "url")]
-        self._upsert = stmt.on_conflict_do_update(
-            index_elements=[Page.url], set_={name: stmt.excluded[name] for name in updated}
-        )
+        self._dialect = postgresql if self._url.get_backend_name() == "postgresql" else sqlite
+        self._upserts: dict[frozenset[str], Any] = {}
+
+    def _upsert(self, keep: frozenset[str]) -> Any:
+        """The upsert of a row, leaving the stored value of the columns in `keep` as it is."""
+        upsert = self._upserts.get(keep)
+        if upsert is None:
+            stmt = self._dialect.insert(Page)
+            updated = [c.name for c in Page.__table__.c if c.name not in ("id", "url", *keep)]
+            upsert = self._upserts[keep] = stmt.on_conflict_do_update(
+                index_elements=[Page.url], set_={name: stmt.excluded[name] for name in updated}
+            )
+        return upsert
 
     async def store(self, record: PageRecord) -> None:
         """Insert or update one page."""
@@ -248,10 +299,14 @@ class Sink:
         # PostgreSQL refuses to update one row twice in a statement, so dedupe; sorting gives
         # concurrent writers the same lock order, which prevents deadlocks between them.
         latest = {r.url: r for r in records}
-        rows = [_record_row(latest[url]) for url in sorted(latest)]
+        groups: dict[frozenset[str], list[dict[str, Any]]] = {}
+        for url in sorted(latest):
+            groups.setdefault(latest[url].keep, []).append(_record_row(latest[url]))
+        rows = [row for group in groups.values() for row in group]
         try:
             with self._engine.begin() as conn:
-                conn.execute(self._upsert, rows)
+                for keep, group in groups.items():
+                    conn.execute(self._upsert(keep), group)
         except DBAPIError as exc:
             # Pooled sessions keep what the database was when they opened (PostgreSQL's
             # default_transaction_read_only, say): after a failure, the next write opens fresh ones.

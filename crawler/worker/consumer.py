@@ -23,16 +23,18 @@ from crawler.frontier.exchanges import declare, topology, work_queues
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.recovery import Recovery
 from crawler.frontier.router import Router
+from crawler.monitor import readings
 from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import CLOSE_WAIT, PAUSE_POLL, Names
 from crawler.sink.groupcommit import GroupCommit
 from crawler.worker.admission import Admission
 from crawler.worker.cost import Cost
 from crawler.worker.drain import Drain
+from crawler.worker.ending import lost
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import Visitor
 from crawler.worker.parking import Parking
-from crawler.worker.pipeline import Pipeline, lost
+from crawler.worker.pipeline import Pipeline
 from crawler.worker.reload import ConfigWatcher
 from crawler.worker.settling import Settling
 from crawler.worker.signals import drain_on_signals
@@ -78,6 +80,7 @@ class Consumer:
         publishing: AbstractRobustConnection | None = None,
         connect: Callable[[], Awaitable[AbstractRobustConnection]] | None = None,
         tuning: Tuning = DEFAULT_TUNING,
+        more: Callable[[], bool] = lambda: False,
     ) -> None:
         self.parts = parts
         self.live = parts.live
@@ -93,6 +96,7 @@ class Consumer:
         self.grace = grace
         self.metrics = metrics or Metrics()
         self.tuning = tuning
+        self._more = more  # burst mode: work still to come from outside the queues (a recrawl)
         self.subscriptions = Subscriptions(
             names, connection, connect, self._on_message, self._prefetch, label=label, tuning=tuning
         )
@@ -122,7 +126,7 @@ class Consumer:
 
     def summary(self) -> dict[str, DomainStats]:
         """This consumer's outcomes per domain, from the same counts as its metrics."""
-        return self.metrics.summary(self.domains)
+        return readings.summary(self.metrics, self.domains)
 
     async def run(self) -> None:
         """Declare the topology, consume until stopped or drained, then return what is in flight."""
@@ -312,4 +316,6 @@ class Consumer:
         async def resume() -> None:
             await self.subscriptions.add(self._active(self.domains))
 
-        await drain.wait(self._stop, lambda: self._inflight == 0, self._unsubscribe, resume)
+        await drain.wait(
+            self._stop, lambda: self._inflight == 0 and not self._more(), self._unsubscribe, resume
+        )

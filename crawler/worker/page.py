@@ -16,17 +16,21 @@ from crawler.errors import BackendHalt, BadURL, Cancelled, FetchError, HookFaile
 from crawler.fetch.fetcher import Fetcher, Response
 from crawler.fetch.ratelimit import Budget, RateLimiter, Taken
 from crawler.fetch.robots import Robots
+from crawler.frontier import recrawl
+from crawler.frontier.message import Refresh
 from crawler.frontier.retry import Failure, from_error, from_status, parse_retry_after
 from crawler.frontier.scope import Scope
 from crawler.frontier.urls import fingerprint, host_of
 from crawler.parse.extract import Fields, charset_from_content_type, extract
 from crawler.parse.fields import missing_required
 from crawler.parse.hooks import HookPage, hook_for, run_hook
+from crawler.parse.signature import signature, signature_of
 from crawler.sink.sql import PageRecord
 
 log = logging.getLogger(__name__)
 
 PUSHBACK = frozenset({429, 503})  # statuses that slow the whole domain down
+NOT_MODIFIED = 304
 DISALLOWED = "disallowed by robots.txt"
 
 
@@ -37,6 +41,18 @@ class Fetched:
     seconds: float
     nbytes: int = 0
     error: FetchError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What an answer says of the page's freshness: its validators, its content's signature (None if
+    not asked for), how long its server calls it fresh, and whether it was a 304 to a refresh."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+    signature: str | None = None
+    max_age: float | None = None
+    not_modified: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +67,7 @@ class Outcome:
     redirect: str | None = None  # the canonical target of a redirect, to route like a link
     late: bool = False  # not fetched: the fetch could not have ended within the delivery's time
     extraction_failures: tuple[str, ...] = ()  # required fields missing, or PARSE_HOOK if its hook failed
+    seen: Seen = Seen()  # validators and signature of the answer, when there was one
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +80,28 @@ class Admitted:
 
 
 PARSE_HOOK = "(parse hook)"  # the `field` label of a failed parse hook in crawler_extraction_failures_total
+
+
+def conditional(refresh: Refresh | None) -> dict[str, str] | None:
+    """The conditional request of a refresh: its stored validators; None when it has none."""
+    if refresh is None:
+        return None
+    headers = {}
+    if refresh.etag:
+        headers["If-None-Match"] = refresh.etag
+    if refresh.last_modified:
+        headers["If-Modified-Since"] = refresh.last_modified
+    return headers or None
+
+
+def _seen(response: Response, sign_headers: bool) -> Seen:
+    """The answer's validators; for a body that is not read (not HTML), its headers' signature."""
+    headers = response.headers
+    etag, modified = headers.get("etag"), headers.get("last-modified")
+    signed = None
+    if sign_headers:
+        signed = signature_of(response.content_type, headers.get("content-length"), etag, modified)
+    return Seen(etag, modified, signed, recrawl.max_age(headers))
 
 
 def hop_id(url: str) -> str:
@@ -115,6 +154,7 @@ class Visitor:
         cancelled: Callable[[], Awaitable[bool]] | None = None,
         start_by: float | None = None,
         admitted: Admitted | None = None,
+        refresh: Refresh | None = None,
     ) -> Outcome:
         """Visit `record.url` under the domain's `rules`; never raises for what the site does.
 
@@ -125,6 +165,7 @@ class Visitor:
         `via` is the redirect chain that led here (`hop_id`s), for max_redirects and loops. A fetch
         that would start after `start_by` (monotonic) is not started: the outcome is `late`.
         `admitted`: robots.txt and the first ask for a token were done by the page's admission.
+        `refresh`: the stored page's validators, sent as a conditional request (a 304 is not parsed).
         """
         domain, url = record.domain, record.url
         crawl_delay = None
@@ -152,7 +193,7 @@ class Visitor:
         if start_by is not None and started > start_by:
             return Outcome(record, rate_wait=waited, late=True)
         try:
-            response = await self._fetcher.fetch(url, rules)
+            response = await self._fetcher.fetch(url, rules, headers=conditional(refresh))
         except BackendHalt:
             raise
         except FetchError as exc:
@@ -176,9 +217,15 @@ class Visitor:
             log.info(
                 "%s answered %d: rate now %.0f%% of its budget", domain, response.status_code, factor * 100
             )
+        sign = refresh is not None or rules.recrawl_for(url) is not None
+        seen = _seen(response, sign and not response.is_html)
+        if response.status_code == NOT_MODIFIED and refresh is not None:
+            record = replace(record, final_url=response.final_url, status_code=response.status_code)
+            return Outcome(record, (), None, waited, fetched, seen=replace(seen, not_modified=True))
         location = response.location
         if location is not None:
-            return self._redirected(record, response, location, rules, via, waited, fetched)
+            outcome = self._redirected(record, response, location, rules, via, waited, fetched)
+            return replace(outcome, seen=replace(seen, signature=signature_of(location) if sign else None))
         status_failure = from_status(response.status_code, response.headers.get("retry-after"))
         record = replace(
             record,
@@ -188,7 +235,7 @@ class Visitor:
             error=status_failure.error if status_failure else None,
         )
         if status_failure is not None or not response.is_html:
-            return Outcome(record, (), status_failure, waited, fetched)
+            return Outcome(record, (), status_failure, waited, fetched, seen=seen)
         page = extract(
             response.body,
             response.final_url,
@@ -217,7 +264,9 @@ class Visitor:
             failure = Failure("permanent", error, response.status_code)
             failed = replace(page_record, error=error)
             return Outcome(failed, links, failure, waited, fetched, extraction_failures=tuple(missing))
-        return Outcome(page_record, links, None, waited, fetched)
+        if sign:  # last: it takes what no reader sees out of the parsed tree
+            seen = replace(seen, signature=signature(page.root, page.title, data))
+        return Outcome(page_record, links, None, waited, fetched, seen=seen)
 
     def _redirected(
         self,

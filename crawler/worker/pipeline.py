@@ -2,8 +2,9 @@
 
 A message is acked only once its row is committed and its links (or its redirect) are confirmed, so
 a worker killed at any instant loses nothing: the broker delivers the message again. Its checks before
-the fetch take one Redis round trip (admission.py); its dedup confirms, counts and ack are written
-with those of the deliveries ending at the same time (settling.py).
+the fetch take one Redis round trip (gate.py, admission.py); its dedup confirms, counts and ack are
+written with those of the deliveries ending at the same time (settling.py). A refresh (a stored page
+due again) is asked conditionally; what it found decides its row and schedule (refresh.py).
 """
 
 from __future__ import annotations
@@ -14,10 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
-from aio_pika.exceptions import ChannelInvalidStateError
 
-from crawler import names as hdr
-from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, Cancelled, InvalidMessage, SinkError
 from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.message import CrawlMessage
@@ -30,13 +28,16 @@ from crawler.monitor import logs
 from crawler.monitor.metrics import Metrics, OutcomeKind
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.sql import PageRecord
-from crawler.worker.admission import Admission, Checked
+from crawler.worker.admission import Admission
 from crawler.worker.concurrency import short_retries
 from crawler.worker.cost import Cost
+from crawler.worker.ending import Endings, lost
+from crawler.worker.gate import Gate
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import Outcome, Visitor, hop_id
 from crawler.worker.parking import Parking, attempts_of
-from crawler.worker.settling import Counts, Done, Settling
+from crawler.worker.refresh import Settled, settle
+from crawler.worker.settling import Done, Settling
 
 log = logging.getLogger(__name__)
 pages_log = logging.getLogger("crawler.pages")  # one line per page outcome: verbose
@@ -64,7 +65,6 @@ class Pipeline:
     ) -> None:
         self._live = live
         self._visitor = visitor
-        self._quota = quota
         self._cost = cost
         self._router = router
         self._writes = writes
@@ -72,9 +72,8 @@ class Pipeline:
         self._metrics = metrics
         self._wait = short_retry_wait
         self._crawls = crawls  # None: crawl ids are carried but not checked nor counted (tests)
-        self._recovery = recovery  # None: no check for pages queued twice after Redis was lost
-        self._settling = settling
-        self._admission = admission  # None: the checks before a fetch are asked one by one
+        self._gate = Gate(quota, cost, router.seen, crawls, recovery, admission)
+        self._ends = Endings(live, parking, settling, metrics, crawls)
 
     async def handle(self, domain: str, message: AbstractIncomingMessage) -> None:
         """Bring one delivery to its outcome and ack it (or leave it to the broker to deliver again)."""
@@ -90,7 +89,11 @@ class Pipeline:
             # Infrastructure trouble (broker, database) after the fetch: wait a tier and try again.
             log.warning("%s: %r; will retry", domain, exc)
             self._metrics.observe_error(domain, "internal")
-            await self._park_or_return(message, domain, Failure("transient", f"{exc}"))
+            await self._ends.park_or_return(message, domain, Failure("transient", f"{exc}"))
+
+    def abandon(self, domain: str, message: AbstractIncomingMessage, how: str) -> None:
+        """Leave a delivery whose channel closed to the broker, which delivers it again."""
+        self._ends.abandon(domain, message, how)
 
     async def _process(self, domain: str, message: AbstractIncomingMessage, received: float) -> None:
         if lost(message):  # prefetched before the connection dropped: not worth a fetch
@@ -101,49 +104,39 @@ class Pipeline:
         except (InvalidMessage, BadURL) as exc:
             log.warning("%s: invalid message set aside: %s", domain, exc)
             await self._parking.dead(message, domain, attempts, Failure("invalid", str(exc)))
-            return await self._done(message, domain, "invalid")
+            return await self._ends.done(message, domain, "invalid")
         options = await self._options(crawl.crawl)
         rules = self._live.rules(domain)
-        # A page counts against max_pages once, on its first try (not again when returned unfetched).
-        first = attempts == 1 and not message.redelivered
-        if first and await self._queued_twice(crawl.crawl, url):
-            pages_log.info("%s %s: skipped, queued again after Redis was lost and taken already", domain, url)
-            counts = self._changes(crawl.crawl, message, domain, "skipped")
-            return await self._done(
-                message, domain, "skipped", reason="duplicate", crawl=crawl.crawl, counts=counts
-            )
-        checked = await self._admit(url, domain, crawl.crawl, options, rules, first)
-        if checked is None:
-            if await self._cancelled(crawl.crawl):
-                return await self._done(message, domain, "cancelled")
-            held = await self._held_back(domain, crawl.crawl, options, rules, first)
-        elif checked.held == "cancelled":
-            return await self._done(message, domain, "cancelled")
-        else:
-            held = _held(checked, rules, options)
-        if held is not None:
-            reason, why = held
+        # A page counts against max_pages once, on its first try (not again when returned unfetched);
+        # a refresh, never: it was counted when it was new.
+        first = attempts == 1 and not message.redelivered and crawl.refresh is None
+        verdict = await self._gate.verdict(url, domain, crawl.crawl, options, rules, first)
+        if verdict.cancelled:
+            return await self._ends.done(message, domain, "cancelled")
+        if verdict.skip is not None:
+            reason, why = verdict.skip
             pages_log.info("%s %s: skipped, %s", domain, url, why)
-            counts = self._changes(crawl.crawl, message, domain, "skipped")
-            return await self._done(
+            counts = self._ends.changes(message, crawl, domain, "skipped")
+            return await self._ends.done(
                 message, domain, "skipped", reason=reason, crawl=crawl.crawl, counts=counts
             )
+        checked = verdict.checked
         record = PageRecord(url=url, domain=domain, depth=crawl.depth, attempts=attempts, crawl=crawl.crawl)
-        start_by = self._live.config.start_by(received, rules)
-        admitted = checked.admitted if checked is not None else None
+        # Granted at once, the token came in the same atomic step as the cancel check.
+        cleared = checked is not None and checked.cleared_now
         try:
             outcome = await self._visitor.visit(
                 record,
                 rules,
                 self._live.fields(domain),
                 crawl.via,
-                # Granted at once, the token came in the same atomic step as the cancel check.
-                None if checked is not None and checked.cleared_now else lambda: self._cancelled(crawl.crawl),
-                start_by,
-                admitted,
+                None if cleared else lambda: self._gate.cancelled(crawl.crawl),
+                self._live.config.start_by(received, rules),
+                checked.admitted if checked is not None else None,
+                crawl.refresh,
             )
         except Cancelled:
-            return await self._done(message, domain, "cancelled")
+            return await self._ends.done(message, domain, "cancelled")
         if outcome.late:
             # Waiting for a rate token used the delivery's time: fetching now could outlive RabbitMQ's
             # consumer_timeout, which would close the channel and have the work done twice.
@@ -161,38 +154,25 @@ class Pipeline:
         failure = outcome.failure
         delay = self._delay(domain, attempts, failure)
         if failure is not None and delay is not None:
-            await self._parking.retry(message, domain, attempts, delay, failure)
-            parked = Done("retry", time.monotonic())
             self._log("retry", outcome, crawl, attempts, delay=round(delay.seconds, 1))
-            counts = self._changes(crawl.crawl, message, domain, "retried")
-            return await self._done(
-                message, domain, "retried", crawl=crawl.crawl, counts=counts, done_at=parked
-            )
-        await short_retries(SinkError, lambda: self._writes.store(outcome.record), self._wait)
+            return await self._ends.retried(message, domain, crawl, attempts, delay, failure)
+        settled = settle(outcome, crawl.refresh, rules.recrawl_for(url))
+        await short_retries(SinkError, lambda: self._writes.store(settled.record), self._wait)
         committed = Done("commit", time.monotonic())
-        routed: list[Routed] = []
-        if outcome.links:
-            routed.append(
-                await self._route(domain, outcome.links, crawl.depth + 1, url, crawl=crawl, options=options)
-            )
-        if outcome.redirect is not None:
-            # Routed like a link at the page's own depth: the target's domain queue, rate, robots.txt
-            # and dedup claim apply to it as to any request; a target already seen is not fetched.
-            hops = (*crawl.via, hop_id(url))
-            routed.append(
-                await self._route(domain, [outcome.redirect], crawl.depth, url, hops, crawl, options)
-            )
+        routed = await self._route_all(domain, url, crawl, options, outcome, settled)
         if failure is not None and failure.transient:
             await self._parking.dead(message, domain, attempts, failure)
+        if crawl.refresh is not None:
+            self._metrics.observe_refresh(domain, settled.how)
         kind: OutcomeKind = "ok" if failure is None else "dead" if failure.transient else "failed"
-        self._log(kind, outcome, crawl, attempts, links=len(outcome.links))
-        counts = self._changes(crawl.crawl, message, domain, kind)
+        self._log(kind, outcome, crawl, attempts, links=len(outcome.links) if settled.route else 0)
+        counts = self._ends.changes(message, crawl, domain, kind)
         if counts is not None:
             for r in routed:
                 for d, n in r.by_domain.items():
                     counts[d, "routed"] = counts.get((d, "routed"), 0) + n
         confirms = [fp for r in routed for fp in r.unconfirmed]
-        await self._done(
+        await self._ends.done(
             message,
             domain,
             kind,
@@ -202,45 +182,6 @@ class Pipeline:
             confirms=confirms,
             done_at=committed,
         )
-
-    async def _admit(
-        self, url: str, domain: str, crawl: str | None, options: CrawlOptions, rules: Rules, first: bool
-    ) -> Checked | None:
-        """The checks before the fetch in one round trip; None if they are to be asked one by one."""
-        if self._admission is None:
-            return None
-        return await self._admission.check(
-            url,
-            domain,
-            rules,
-            crawl=crawl,
-            cancellable=self._crawls is not None,
-            count=first,
-            crawl_max_pages=options.max_pages,
-        )
-
-    async def _held_back(
-        self, domain: str, crawl: str | None, options: CrawlOptions, rules: Rules, first: bool
-    ) -> tuple[str, str] | None:
-        """Why policy keeps a page from being fetched (its metric reason and a log line), or None."""
-        if first and not await self._quota.take(domain, rules.max_pages, crawl):
-            return "max_pages", f"max_pages {rules.max_pages} reached"
-        if (
-            first
-            and crawl is not None
-            and options.max_pages is not None
-            and not await self._quota.take_crawl(crawl, options.max_pages)
-        ):
-            return "max_pages", f"the crawl's max_pages {options.max_pages} reached"
-        if not await self._cost.allows(domain, rules):
-            return "max_credits", f"max_credits {rules.max_credits or 0:g} reached"
-        return None
-
-    async def _queued_twice(self, crawl: str | None, url: str) -> bool:
-        """A page queued again after Redis lost the dedup store, whose first copy was taken already."""
-        if self._recovery is None:
-            return False
-        return await self._recovery.duplicate(self._router.seen.for_crawl(crawl), url)
 
     def _read(self, domain: str, message: AbstractIncomingMessage) -> tuple[CrawlMessage, str]:
         """The message and its canonical URL; InvalidMessage or BadURL if it cannot be crawled here."""
@@ -262,6 +203,32 @@ class Pipeline:
             failure.retry_after,
             config.max_retry_after,
         )
+
+    async def _route_all(
+        self,
+        domain: str,
+        url: str,
+        crawl: CrawlMessage,
+        options: CrawlOptions,
+        outcome: Outcome,
+        settled: Settled,
+    ) -> list[Routed]:
+        """Route the page's links and its redirect, unless it is a refresh that found nothing new."""
+        routed: list[Routed] = []
+        if not settled.route:
+            return routed
+        if outcome.links:
+            routed.append(
+                await self._route(domain, outcome.links, crawl.depth + 1, url, crawl=crawl, options=options)
+            )
+        if outcome.redirect is not None:
+            # Routed like a link at the page's own depth: the target's domain queue, rate, robots.txt
+            # and dedup claim apply to it as to any request; a target already seen is not fetched.
+            hops = (*crawl.via, hop_id(url))
+            routed.append(
+                await self._route(domain, [outcome.redirect], crawl.depth, url, hops, crawl, options)
+            )
+        return routed
 
     async def _route(
         self,
@@ -295,72 +262,10 @@ class Pipeline:
         self._metrics.observe_links(domain, routed)
         return routed
 
-    async def _cancelled(self, crawl: str | None) -> bool:
-        return crawl is not None and self._crawls is not None and await self._crawls.cancelled(crawl)
-
     async def _options(self, crawl: str | None) -> CrawlOptions:
         if crawl is None or self._crawls is None:
             return _NO_OPTIONS
         return await self._crawls.options(crawl) or _NO_OPTIONS
-
-    def _changes(
-        self, crawl: str | None, message: AbstractIncomingMessage, domain: str, kind: OutcomeKind
-    ) -> dict[tuple[str, str], int] | None:
-        """An outcome's changes to its crawl's counts; one back from a retry tier is no longer waiting."""
-        if crawl is None or self._crawls is None:
-            return None
-        back = hdr.HEADER_RETRY_TIER in (message.headers or {})
-        changes = {(domain, "retrying"): (kind == "retried") - back}
-        if kind != "retried":
-            changes[domain, kind] = 1
-        return changes
-
-    async def _done(
-        self,
-        message: AbstractIncomingMessage,
-        domain: str,
-        kind: OutcomeKind,
-        status: int | None = None,
-        reason: str = "max_pages",
-        crawl: str | None = None,
-        counts: Counts | None = None,
-        confirms: Sequence[bytes] = (),
-        done_at: Done | None = None,
-    ) -> None:
-        """Confirm the page's links and count it in its crawl, then ack it; counted once it is acked."""
-        await self._settling.ack(message, crawl, counts, confirms, done_at)
-        if lost(message):  # the ack could not go: the broker delivers it again, and it is counted then
-            return
-        self._metrics.observe_outcome(domain, kind, status, reason)
-
-    async def _park_or_return(self, message: AbstractIncomingMessage, domain: str, failure: Failure) -> bool:
-        """Park the message in the longest tier (True), or leave it to the broker (False)."""
-        # Our own trouble, not the site's: wait the longest delay, however often it happens.
-        tier = self._live.rules(domain).retry_delays[-1]
-        try:
-            await self._parking.retry(message, domain, attempts_of(message), Delay(tier, tier), failure)
-            parked = Done("retry", time.monotonic())
-            crawl = _crawl_of(message)
-            counts = self._changes(crawl, message, domain, "retried")
-            await self._done(message, domain, "retried", crawl=crawl, counts=counts, done_at=parked)
-            return True
-        except Exception as exc:
-            log.warning("%s: cannot park the message (%r); the broker will deliver it again", domain, exc)
-            try:
-                await message.nack(requeue=True)
-            except Exception as nack_failed:  # the channel is gone: the broker redelivers anyway
-                log.debug("%s: nack failed too (%r)", domain, nack_failed)
-            return False
-
-    def abandon(self, domain: str, message: AbstractIncomingMessage, how: str) -> None:
-        """Leave a delivery whose channel closed to the broker, which delivers it again."""
-        self._metrics.observe_error(domain, "lost")
-        log.info(
-            "%s: %s: its channel closed%s: dropped, neither stored nor acked; the broker delivers it again",
-            domain,
-            _url_of(message),
-            how,
-        )
 
     def _log(self, kind: str, outcome: Outcome, crawl: CrawlMessage, attempts: int, **fields: Any) -> None:
         record, failure = outcome.record, outcome.failure
@@ -379,36 +284,3 @@ class Pipeline:
 
 
 _NO_OPTIONS = CrawlOptions()
-
-
-def lost(message: AbstractIncomingMessage) -> bool:
-    """Whether the channel `message` came on has closed: the broker has it back, unacked."""
-    try:
-        return message.channel.is_closed
-    except ChannelInvalidStateError:  # aio-pika's answer for a closed channel
-        return True
-
-
-def _url_of(message: AbstractIncomingMessage) -> str:
-    """The URL a message asks for, for a log line; its delivery tag if it cannot be read."""
-    try:
-        return CrawlMessage.decode(message.body).url
-    except InvalidMessage:
-        return f"#{message.delivery_tag}"
-
-
-def _held(checked: Checked, rules: Rules, options: CrawlOptions) -> tuple[str, str] | None:
-    """Why the admission held a page back (its metric reason and a log line), or None."""
-    if checked.held == "max_pages":
-        return "max_pages", f"max_pages {rules.max_pages} reached"
-    if checked.held == "crawl_max_pages":
-        return "max_pages", f"the crawl's max_pages {options.max_pages} reached"
-    return None
-
-
-def _crawl_of(message: AbstractIncomingMessage) -> str | None:
-    """The crawl id of a message, None if it has none or cannot be read."""
-    try:
-        return CrawlMessage.decode(message.body).crawl
-    except InvalidMessage:
-        return None

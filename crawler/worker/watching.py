@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
+from crawler.monitor import endpoint, readings
 from crawler.monitor.heartbeat import Heartbeat
 from crawler.monitor.metrics import Metrics
 from crawler.monitor.sampler import SAMPLE_EVERY, QueueSampler
@@ -38,7 +39,10 @@ async def monitored(
     """Serve metrics, beat and sample queues for the length of the block."""
     async with AsyncExitStack() as stack:
         if monitoring.port is not None:
-            server = monitoring.metrics.serve(monitoring.port, monitoring.addr)
+            metrics, ttl = monitoring.metrics, monitoring.heartbeat_ttl
+            server = endpoint.serve(
+                metrics.registry, monitoring.port, monitoring.addr, lambda: readings.health(metrics, ttl)
+            )
             stack.push_async_callback(asyncio.to_thread, server.close)
             log.info("metrics on http://%s:%d/metrics, health on /healthz", monitoring.addr, server.port)
         heartbeat = Heartbeat(

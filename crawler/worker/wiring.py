@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
@@ -223,10 +223,12 @@ async def consume(
     config_path: str | None = None,
     monitoring: Monitoring | None = None,
     tuning: Tuning = DEFAULT_TUNING,
+    more: Callable[[], bool] = lambda: False,
 ) -> dict[str, DomainStats]:
     """Consume the chosen domains' queues (after routing `seeds`) until stopped or drained.
 
-    With `config_path`, edits of that file (or SIGHUP) reconfigure the running consumer.
+    With `config_path`, edits of that file (or SIGHUP) reconfigure the running consumer. In burst
+    mode, `more()` says work is still to come from outside the queues: not drained while it does.
     """
     monitoring = monitoring or Monitoring()
     config = with_dedup_mode(config, settings.dedup)
@@ -267,6 +269,7 @@ async def consume(
             publishing=publishing,
             connect=connect,
             tuning=tuning,
+            more=more,
         )
         await consumer.seen.check()  # a fleet whose processes disagree on dedup would crawl twice
         await stack.enter_async_context(monitored(monitoring, consumer, f.redis, role=role))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from crawler.monitor import endpoint, readings
 from crawler.monitor.metrics import Metrics
 
 ROOT = Path(__file__).parents[2]
@@ -110,7 +111,7 @@ def test_the_health_check_command_reads_the_worker_healthz() -> None:
     command = shlex.split(healthcheck.split(" CMD ", 1)[1])
     assert command[0] == "python"
     metrics = Metrics(process=False)
-    server = metrics.serve(0, "127.0.0.1")
+    server = endpoint.serve(metrics.registry, 0, "127.0.0.1", lambda: readings.health(metrics))
     env = {**os.environ, "CRAWLER_HEALTH_URL": f"http://127.0.0.1:{server.port}/healthz"}
     try:
         assert subprocess.run([sys.executable, *command[1:]], env=env, capture_output=True).returncode != 0

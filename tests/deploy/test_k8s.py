@@ -18,10 +18,11 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from crawler.config import load_config
+from crawler.gateway.ask import MOST_TIMEOUT
+from crawler.gateway.metrics import GatewayMetrics
 from crawler.gateway.proxies import load_proxies
 from crawler.gateway.render import RenderConfig
 from crawler.gateway.render.metrics import RenderMetrics
-from crawler.gateway.server import MOST_TIMEOUT, GatewayMetrics
 from crawler.monitor.metrics import Metrics
 from crawler.names import Names
 from tests.deploy.test_monitoring import metric_names
@@ -234,7 +235,7 @@ def test_the_rabbitmq_scaler_sums_exactly_the_domain_queues() -> None:
 def test_the_prometheus_scaler_reads_a_metric_the_consumers_export() -> None:
     scaled = find(VARIANTS["example-prometheus"](), "ScaledObject", "crawler-consumer")
     query = scaled["spec"]["triggers"][0]["metadata"]["query"]
-    assert metric_names(query) == {"crawler_frontier_messages_ready"} <= Metrics().exported_names()
+    assert metric_names(query) == {"crawler_frontier_messages_ready"} <= exported_names(Metrics().registry)
     assert scaled["spec"]["minReplicaCount"] >= 1  # at 0 nothing would export the metric
 
 

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from crawler.config import load_config
 from crawler.errors import ConfigError, ConnectFailed, FetchError, FetchTimeout, Refused, TooLarge
 from crawler.frontier.router import Routed
+from crawler.monitor import endpoint, readings
 from crawler.monitor.metrics import DomainStats, Metrics, error_kind, status_class
 from crawler.sink.sql import migrate
 from crawler.worker import wiring
@@ -50,6 +51,11 @@ def total(samples: Samples, name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
 
 
+def serve_metrics(metrics: Metrics, port: int = 0, max_beat_age: float = 30) -> endpoint.MetricsServer:
+    """The worker's endpoint, as crawler.worker.watching serves it, on loopback."""
+    return endpoint.serve(metrics.registry, port, "127.0.0.1", lambda: readings.health(metrics, max_beat_age))
+
+
 def exercised() -> Metrics:
     """A Metrics with every method called once, so every family has a sample."""
     m = Metrics()
@@ -67,6 +73,7 @@ def exercised() -> Metrics:
     )
     m.observe_rate_wait("a.test", 0.3)
     m.observe_ack_delay("commit", 0.002)
+    m.observe_refresh("a.test", "not_modified")
     m.add_credits("scraping-api", 2)
     m.message_started("a.test")
     m.observe_queue("crawler.domain.a.test", "domain", "a.test", 7, 2)
@@ -103,8 +110,8 @@ def test_error_kind(error: FetchError | None, status: int | None, expected: str 
 def test_two_metrics_objects_keep_apart() -> None:
     one, two = Metrics(), Metrics()  # a second registration in a shared registry would raise
     one.observe_outcome("a.test", "ok", 200)
-    assert one.totals("a.test").done == 1
-    assert two.totals("a.test").done == 0
+    assert readings.totals(one, "a.test").done == 1
+    assert readings.totals(two, "a.test").done == 0
     assert one.registry is not two.registry
 
 
@@ -121,12 +128,12 @@ def test_links_count_as_routed_dedup_hits_misses_and_drops() -> None:
     assert total(samples, "crawler_fetched_bytes_total") == 1000
     assert total(samples, "crawler_credits_used_total", backend="scraping-api") == 2
     assert total(samples, "crawler_rate_wait_seconds_count", domain="a.test") == 1
-    totals = m.totals("a.test")
+    totals = readings.totals(m, "a.test")
     assert (totals.done, totals.errors, totals.retries, totals.dead, totals.inflight) == (2, 2, 1, 1, 1)
     assert totals.queued == 7
     m.message_done("a.test")
-    assert m.totals("a.test").inflight == 0
-    assert m.totals("b.test").queued is None
+    assert readings.totals(m, "a.test").inflight == 0
+    assert readings.totals(m, "b.test").queued is None
 
 
 def test_every_reason_a_batch_drops_links_reaches_the_metric() -> None:
@@ -150,11 +157,11 @@ def test_the_summary_and_the_progress_read_the_same_one_count_per_outcome() -> N
         m.observe_outcome("a.test", kind, status)  # type: ignore[arg-type]
     m.observe_outcome("a.test", "invalid")
     m.observe_outcome("a.test", "skipped")
-    assert m.summary(["a.test", "b.test"]) == {
+    assert readings.summary(m, ["a.test", "b.test"]) == {
         "a.test": DomainStats(ok=2, failed=2, retried=1, dead=1, invalid=1, skipped=1),
         "b.test": DomainStats(),
     }
-    totals = m.totals("a.test")
+    totals = readings.totals(m, "a.test")
     assert (totals.done, totals.failed, totals.retries, totals.dead) == (4, 2, 1, 2)
     samples = parse(generate_latest(m.registry).decode())
     assert total(samples, "crawler_pages_total", domain="a.test") == 4
@@ -165,9 +172,9 @@ def test_the_summary_and_the_progress_read_the_same_one_count_per_outcome() -> N
 def test_exported_names_are_what_the_endpoint_shows() -> None:
     m = exercised()
     shown = {name for name, _ in parse(generate_latest(m.registry).decode())}
-    assert shown <= m.exported_names()
+    assert shown <= readings.exported_names(m.registry)
     crawler_shown = {n for n in shown if n.startswith("crawler_")}
-    crawler_exported = {n for n in m.exported_names() if n.startswith("crawler_")}
+    crawler_exported = {n for n in readings.exported_names(m.registry) if n.startswith("crawler_")}
     assert crawler_shown == crawler_exported
 
 
@@ -191,31 +198,31 @@ def test_the_metrics_doc_lists_exactly_the_exported_metrics() -> None:
 
 def test_the_ack_delay_quantile_is_read_from_the_histogram_as_prometheus_does() -> None:
     metrics = Metrics(process=False)
-    assert metrics.ack_delay_quantile(0.99, "commit") == (0, None)
+    assert readings.ack_delay_quantile(metrics, 0.99, "commit") == (0, None)
     for _ in range(98):
         metrics.observe_ack_delay("commit", 0.0003)  # the first bucket: up to 0.5 ms
     metrics.observe_ack_delay("commit", 0.0012)  # 1-1.5 ms
     metrics.observe_ack_delay("commit", 7.0)  # 5-7.5 s
     metrics.observe_ack_delay("retry", 0.004)  # 3-5 ms
-    assert metrics.ack_delay_quantile(0.5, "commit") == (100, pytest.approx(0.0005 * 50 / 98))
-    assert metrics.ack_delay_quantile(0.99, "commit") == (100, pytest.approx(0.0015))
-    assert metrics.ack_delay_quantile(1.0, "commit") == (100, pytest.approx(7.5))
-    assert metrics.ack_delay_quantile(0.99, "retry") == (1, pytest.approx(0.003 + 0.002 * 0.99))
+    assert readings.ack_delay_quantile(metrics, 0.5, "commit") == (100, pytest.approx(0.0005 * 50 / 98))
+    assert readings.ack_delay_quantile(metrics, 0.99, "commit") == (100, pytest.approx(0.0015))
+    assert readings.ack_delay_quantile(metrics, 1.0, "commit") == (100, pytest.approx(7.5))
+    assert readings.ack_delay_quantile(metrics, 0.99, "retry") == (1, pytest.approx(0.003 + 0.002 * 0.99))
     metrics.observe_ack_delay("retry", 99.0)  # past the last bound: that bound is all that is known
-    assert metrics.ack_delay_quantile(1.0, "retry") == (2, 30.0)
+    assert readings.ack_delay_quantile(metrics, 1.0, "retry") == (2, 30.0)
 
 
 def test_health_is_the_age_of_the_last_heartbeat() -> None:
     m = Metrics(process=False)
-    assert m.health(30, now=1000.0) == (False, "no heartbeat yet")
+    assert readings.health(m, 30, now=1000.0) == (False, "no heartbeat yet")
     m.beat(990.0)
-    assert m.health(30, now=1000.0)[0]
-    assert not m.health(5, now=1000.0)[0]
+    assert readings.health(m, 30, now=1000.0)[0]
+    assert not readings.health(m, 5, now=1000.0)[0]
 
 
 async def test_healthz_answers_503_until_the_worker_beats_then_200_while_fresh() -> None:
     m = Metrics(process=False)
-    server = m.serve(0, "127.0.0.1", max_beat_age=30)
+    server = serve_metrics(m, max_beat_age=30)
     url = f"http://127.0.0.1:{server.port}"
     try:
         async with httpx.AsyncClient(trust_env=False) as client:
@@ -251,7 +258,7 @@ def _free_port() -> int:
 
 async def test_the_endpoint_serves_the_registry_and_refuses_a_taken_port() -> None:
     m = exercised()
-    server = m.serve(0, "127.0.0.1")
+    server = serve_metrics(m)
     try:
         async with httpx.AsyncClient(trust_env=False) as client:
             resp = await client.get(f"http://127.0.0.1:{server.port}/metrics")
@@ -260,7 +267,7 @@ async def test_the_endpoint_serves_the_registry_and_refuses_a_taken_port() -> No
             total(parse(resp.text), "crawler_pages_total", domain="a.test") == 2
         )  # the ok page and the dead one
         with pytest.raises(ConfigError, match="--metrics-port"):
-            Metrics().serve(server.port, "127.0.0.1")
+            serve_metrics(Metrics(), server.port)
     finally:
         server.close()
 

@@ -1,0 +1,1 @@
+"""The recrawl scheduler: stored pages due again, published into their domain queues."""

@@ -1,0 +1,186 @@
+"""The recrawl scheduler: publishes the stored pages that are due into their domain queues, no more
+per domain than it can fetch in the next `ahead` seconds at its rate.
+
+Each pass claims a domain's due pages in the sink with a lease (crawler/sink/schedule.py), so any
+number of schedulers can run and none publishes a page another did; it publishes them with publisher
+confirms. A page whose message is lost (a publish not confirmed, a queue purged) is due again when its
+lease ends, and is published again then. A domain whose queue already holds its `ahead` seconds of
+work gets nothing this pass: 1 million due pages of a site at 1 request/s stay in the database,
+not in the broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from aio_pika.abc import AbstractExchange, AbstractRobustChannel, AbstractRobustConnection
+
+from crawler.config import CrawlConfig
+from crawler.frontier.message import CrawlMessage, Refresh
+from crawler.frontier.publisher import Outgoing, Publisher
+from crawler.frontier.router import priority_for
+from crawler.frontier.urls import host_of
+from crawler.names import Names
+from crawler.scheduler.metrics import SchedulerMetrics
+from crawler.sink.schedule import Backlog, Due, Schedule
+
+log = logging.getLogger(__name__)
+passes_log = logging.getLogger("crawler.scheduler.passes")  # a line per pass that published: verbose
+
+AHEAD = 120.0  # seconds of each domain's rate kept queued
+LEASE = 1800.0  # seconds a published page stays claimed: after it, a lost refresh is published again
+BATCH = 1_000  # pages claimed and published at once
+POLL = 1.0  # seconds between passes that published nothing
+BACKLOG_EVERY = 15.0  # seconds between reads of the backlog (the due gauges)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """How far ahead a scheduler fills the queues, and how long its claims last."""
+
+    ahead: float = AHEAD
+    lease: float = LEASE
+    batch: int = BATCH
+    poll: float = POLL
+
+
+DEFAULT_TIMING = Timing()
+
+
+class Scheduler:
+    """Publishes due pages of the domains that recrawl, within each domain's room."""
+
+    def __init__(
+        self,
+        config: Callable[[], CrawlConfig],
+        names: Names,
+        schedule: Schedule,
+        connection: AbstractRobustConnection,
+        exchange: AbstractExchange,
+        *,
+        timing: Timing = DEFAULT_TIMING,
+        metrics: SchedulerMetrics | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._config = config  # the live configuration: an edited rate or recrawl applies next pass
+        self._names = names
+        self._schedule = schedule
+        self._connection = connection  # for the queue depths: a passive declare that fails ends its channel
+        self._publisher = Publisher(exchange)
+        self._timing = timing
+        self._metrics = metrics or SchedulerMetrics()
+        self._clock = clock
+        self._pending = True  # until a pass found nothing left to publish
+
+    def recrawling(self) -> list[str]:
+        """The configured domains that recrawl (some of their pages, at least)."""
+        config = self._config()
+        return sorted(d for d, rules in config.rules.items() if rules.recrawls)
+
+    async def publish_due(self, domains: Sequence[str] | None = None) -> dict[str, int]:
+        """One pass: publish what is due in `domains` (default: those that recrawl), each within its
+        room; how many were published per domain."""
+        published: dict[str, int] = {}
+        async with self._connection.channel(publisher_confirms=False) as probe:
+            rooms = {d: await self._room(probe, d) for d in domains or self.recrawling()}
+        for domain, room in rooms.items():
+            while room > 0:
+                now = self._clock()
+                lease = now + timedelta(seconds=self._timing.lease)
+                due = await asyncio.to_thread(
+                    self._schedule.claim, domain, min(room, self._timing.batch), now, lease
+                )
+                if not due:
+                    break
+                sent = await self._publish(domain, due)
+                published[domain] = published.get(domain, 0) + sent
+                room -= len(due)
+        return published
+
+    def pending(self) -> bool:
+        """Whether due pages may still be published: the last pass published some, or left some due."""
+        return self._pending
+
+    async def make_due(self, domains: Sequence[str]) -> int:
+        """Make every stored page of `domains` due now, recrawled or not (`recrawl --all`); how many."""
+        self._pending = True
+        return await asyncio.to_thread(self._schedule.make_due, domains, self._clock())
+
+    async def run(
+        self,
+        stop: asyncio.Event,
+        domains: Sequence[str] | None = None,
+        on_pass: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Publish what is due until `stop` is set: a pass, then another at once while it published."""
+        backlog_at = -math.inf
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            published = await self.publish_due(domains)
+            on_pass()
+            if published:
+                passes_log.info(
+                    "published %d due page(s): %s",
+                    sum(published.values()),
+                    ", ".join(f"{d} {n}" for d, n in sorted(published.items())),
+                )
+            due = 0
+            if not published or loop.time() - backlog_at >= BACKLOG_EVERY:
+                due = await self.read_backlog(domains)
+                backlog_at = loop.time()
+            self._pending = bool(published) or due > 0
+            if not published:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self._timing.poll)
+
+    async def read_backlog(self, domains: Sequence[str] | None = None) -> int:
+        """Read how many pages are due per domain into the gauges; how many are due in all."""
+        domains = domains or self.recrawling()
+        now = self._clock()
+        backlog = await self.backlog(domains)
+        self._metrics.backlog(domains, backlog, now)
+        return sum(b.due for b in backlog.values())
+
+    async def backlog(self, domains: Sequence[str]) -> dict[str, Backlog]:
+        """Per domain of `domains` with pages due now: how many, and since when the oldest."""
+        return await asyncio.to_thread(self._schedule.backlog, domains, self._clock())
+
+    async def _room(self, probe: AbstractRobustChannel, domain: str) -> int:
+        """How many more of `domain`'s pages to queue: its rate times `ahead`, less what is queued."""
+        rules = self._config().rules_for(domain)
+        wanted = math.ceil(rules.rate * self._timing.ahead)
+        # robust=False: a robust channel answers a repeated passive declare from its cache.
+        queue = await probe.declare_queue(self._names.domain_queue(domain), passive=True, robust=False)
+        return max(0, wanted - (queue.declaration_result.message_count or 0))
+
+    async def _publish(self, domain: str, due: Sequence[Due]) -> int:
+        """Publish claimed pages; those not confirmed stay leased, and are published again after it."""
+        rules = self._config().rules_for(domain)
+        outgoing = [
+            Outgoing(host_of(d.url), _message(d).encode(), priority_for(d.url, d.depth, rules)) for d in due
+        ]
+        outcomes = await self._publisher.publish(outgoing)
+        failed = sum(1 for o in outcomes if o is not None)
+        if failed:
+            log.warning(
+                "%s: %d of %d refreshes not confirmed by RabbitMQ: published again when their lease "
+                "ends (%gs)",
+                domain,
+                failed,
+                len(due),
+                self._timing.lease,
+            )
+        sent = len(due) - failed
+        self._metrics.published(domain, sent)
+        return sent
+
+
+def _message(due: Due) -> CrawlMessage:
+    refresh = Refresh(due.etag, due.last_modified, due.signature, due.interval, due.gone)
+    return CrawlMessage(due.url, due.depth, crawl=due.crawl, refresh=refresh)

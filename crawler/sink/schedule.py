@@ -1,0 +1,135 @@
+"""The recrawl schedule kept in the sink: each stored page's `next_fetch_at`, read through an index per
+domain. Due pages are claimed with a lease (their `next_fetch_at` moved to the lease's end, in the same
+statement), so no two schedulers publish one page; a page whose refresh was lost is due again when the
+lease ends. On PostgreSQL the claim skips rows another claim holds (FOR UPDATE SKIP LOCKED); SQLite
+runs one writer at a time, so its claims cannot overlap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from sqlalchemy import ColumnElement, func, or_, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+
+from crawler.errors import SinkError
+from crawler.sink.crawls import Crawl
+from crawler.sink.sql import Page, create_sink_engine, engine_url
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A stored page claimed for a refresh: what its message carries."""
+
+    url: str
+    domain: str
+    depth: int
+    crawl: str | None
+    etag: str | None
+    last_modified: str | None
+    signature: str | None
+    interval: float | None
+    gone: int
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """A domain's pages due now, and since when the oldest of them is due (None: none due)."""
+
+    due: int
+    oldest: datetime | None
+
+
+class Schedule:
+    """Claims due pages and reports the backlog; blocking calls (run them in a thread)."""
+
+    def __init__(self, database_url: str) -> None:
+        url = engine_url(database_url)
+        self._redacted = url.render_as_string(hide_password=True)
+        self._skip_locked = url.get_backend_name() == "postgresql"
+        self._engine = create_sink_engine(url)
+
+    def claim(self, domain: str, limit: int, now: datetime, lease_until: datetime) -> list[Due]:
+        """Up to `limit` of `domain`'s pages due at `now`, oldest first, leased until `lease_until`."""
+        if limit <= 0:
+            return []
+        due = select(Page.id).where(*_due([domain], now)).order_by(Page.next_fetch_at).limit(limit)
+        if self._skip_locked:
+            due = due.with_for_update(skip_locked=True)
+        stmt = (
+            update(Page)
+            .where(Page.id.in_(due.scalar_subquery()))
+            .values(next_fetch_at=lease_until.astimezone(UTC))
+            .returning(
+                Page.url,
+                Page.domain,
+                Page.depth,
+                Page.crawl_id,
+                Page.etag,
+                Page.last_modified,
+                Page.signature,
+                Page.fetch_interval,
+                Page.gone,
+            )
+        )
+        rows = self._run("claiming due pages", lambda conn: conn.execute(stmt).all(), write=True)
+        return [Due(*row) for row in rows]
+
+    def backlog(self, domains: Collection[str], now: datetime) -> dict[str, Backlog]:
+        """Per domain with pages due at `now`: how many, and the oldest one's due time."""
+        stmt = select(Page.domain, func.count(), func.min(Page.next_fetch_at)).where(*_due(domains, now))
+        rows = self._run("reading the backlog", lambda conn: conn.execute(stmt.group_by(Page.domain)).all())
+        return {domain: Backlog(n, _utc(oldest)) for domain, n, oldest in rows}
+
+    def found(self, domains: Collection[str]) -> dict[str, dict[str, int]]:
+        """Per domain, its pages by what their last fetch found (new, changed, not_modified, ...)."""
+        stmt = (
+            select(Page.domain, Page.found, func.count())
+            .where(Page.domain.in_(list(domains)), Page.found.is_not(None))
+            .group_by(Page.domain, Page.found)
+        )
+        rows = self._run("counting refreshes", lambda conn: conn.execute(stmt).all())
+        out: dict[str, dict[str, int]] = {}
+        for domain, found, n in rows:
+            out.setdefault(domain, {})[found or ""] = n
+        return out
+
+    def make_due(self, domains: Sequence[str], now: datetime) -> int:
+        """Make every stored page of `domains` due at `now` (those being refreshed too); how many."""
+        stmt = update(Page).where(Page.domain.in_(list(domains))).values(next_fetch_at=now.astimezone(UTC))
+        return int(self._run("scheduling pages", lambda conn: conn.execute(stmt).rowcount, write=True))
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._engine.dispose()
+
+    def _run(self, what: str, work: Callable[[Connection], T], *, write: bool = False) -> T:
+        try:
+            with self._engine.begin() if write else self._engine.connect() as conn:
+                return work(conn)
+        except DBAPIError as exc:
+            text = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+            raise SinkError(f"{what} in {self._redacted} failed: {text}") from exc
+
+
+def _due(domains: Collection[str], now: datetime) -> tuple[ColumnElement[bool], ...]:
+    """Pages of `domains` due at `now`, whose crawl is neither cancelled nor deleted."""
+    live = select(Crawl.id).where(Crawl.state != "cancelled")
+    return (
+        Page.domain.in_(list(domains)),
+        Page.next_fetch_at <= now.astimezone(UTC),
+        or_(Page.crawl_id.is_(None), Page.crawl_id.in_(live.scalar_subquery())),
+    )
+
+
+def _utc(when: datetime | None) -> datetime | None:
+    # SQLite hands back naive times, which are UTC.
+    if when is None or when.tzinfo is not None:
+        return when
+    return when.replace(tzinfo=UTC)

@@ -1,0 +1,141 @@
+"""How a delivery ends: its changes to its crawl's counts, its ack, then its outcome counted; or parked
+in a retry tier; or dropped, its channel closed, for the broker to deliver again."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from aio_pika.abc import AbstractIncomingMessage
+from aio_pika.exceptions import ChannelInvalidStateError
+
+from crawler import names as hdr
+from crawler.errors import InvalidMessage
+from crawler.frontier.crawls import CrawlState
+from crawler.frontier.message import CrawlMessage
+from crawler.frontier.retry import Delay, Failure
+from crawler.monitor.metrics import Metrics, OutcomeKind
+from crawler.worker.live import LiveConfig
+from crawler.worker.parking import Parking, attempts_of
+from crawler.worker.settling import Counts, Done, Settling
+
+log = logging.getLogger(__name__)
+
+
+class Endings:
+    """Ends a consumer's deliveries: acked after their crawl's counts, parked, or left to the broker."""
+
+    def __init__(
+        self,
+        live: LiveConfig,
+        parking: Parking,
+        settling: Settling,
+        metrics: Metrics,
+        crawls: CrawlState | None,
+    ) -> None:
+        self._live = live
+        self._parking = parking
+        self._settling = settling
+        self._metrics = metrics
+        self._crawls = crawls  # None: crawls are not counted (tests)
+
+    def changes(
+        self, message: AbstractIncomingMessage, crawl: CrawlMessage, domain: str, kind: OutcomeKind
+    ) -> dict[tuple[str, str], int] | None:
+        """An outcome's changes to its crawl's counts; one back from a retry tier is no longer waiting.
+
+        A refresh was never routed into its crawl, so only the links it routes count there.
+        """
+        if crawl.crawl is None or self._crawls is None:
+            return None
+        if crawl.refresh is not None:
+            return {}
+        back = hdr.HEADER_RETRY_TIER in (message.headers or {})
+        changes = {(domain, "retrying"): (kind == "retried") - back}
+        if kind != "retried":
+            changes[domain, kind] = 1
+        return changes
+
+    async def done(
+        self,
+        message: AbstractIncomingMessage,
+        domain: str,
+        kind: OutcomeKind,
+        status: int | None = None,
+        reason: str = "max_pages",
+        crawl: str | None = None,
+        counts: Counts | None = None,
+        confirms: Sequence[bytes] = (),
+        done_at: Done | None = None,
+    ) -> None:
+        """Confirm the page's links and count it in its crawl, then ack it; counted once it is acked."""
+        await self._settling.ack(message, crawl, counts, confirms, done_at)
+        if lost(message):  # the ack could not go: the broker delivers it again, and it is counted then
+            return
+        self._metrics.observe_outcome(domain, kind, status, reason)
+
+    async def retried(
+        self,
+        message: AbstractIncomingMessage,
+        domain: str,
+        crawl: CrawlMessage,
+        attempts: int,
+        delay: Delay,
+        failure: Failure,
+    ) -> None:
+        """Park a copy in a retry tier (confirmed), then ack the delivery."""
+        await self._parking.retry(message, domain, attempts, delay, failure)
+        parked = Done("retry", time.monotonic())
+        counts = self.changes(message, crawl, domain, "retried")
+        await self.done(message, domain, "retried", crawl=crawl.crawl, counts=counts, done_at=parked)
+
+    async def park_or_return(self, message: AbstractIncomingMessage, domain: str, failure: Failure) -> bool:
+        """Park the message in the longest tier (True), or leave it to the broker (False)."""
+        # Our own trouble, not the site's: wait the longest delay, however often it happens.
+        tier = self._live.rules(domain).retry_delays[-1]
+        try:
+            crawl = _message_of(message)
+            await self.retried(message, domain, crawl, attempts_of(message), Delay(tier, tier), failure)
+            return True
+        except Exception as exc:
+            log.warning("%s: cannot park the message (%r); the broker will deliver it again", domain, exc)
+            try:
+                await message.nack(requeue=True)
+            except Exception as nack_failed:  # the channel is gone: the broker redelivers anyway
+                log.debug("%s: nack failed too (%r)", domain, nack_failed)
+            return False
+
+    def abandon(self, domain: str, message: AbstractIncomingMessage, how: str) -> None:
+        """Leave a delivery whose channel closed to the broker, which delivers it again."""
+        self._metrics.observe_error(domain, "lost")
+        log.info(
+            "%s: %s: its channel closed%s: dropped, neither stored nor acked; the broker delivers it again",
+            domain,
+            _url_of(message),
+            how,
+        )
+
+
+def lost(message: AbstractIncomingMessage) -> bool:
+    """Whether the channel `message` came on has closed: the broker has it back, unacked."""
+    try:
+        return message.channel.is_closed
+    except ChannelInvalidStateError:  # aio-pika's answer for a closed channel
+        return True
+
+
+def _url_of(message: AbstractIncomingMessage) -> str:
+    """The URL a message asks for, for a log line; its delivery tag if it cannot be read."""
+    try:
+        return CrawlMessage.decode(message.body).url
+    except InvalidMessage:
+        return f"#{message.delivery_tag}"
+
+
+def _message_of(message: AbstractIncomingMessage) -> CrawlMessage:
+    """The crawl message of a delivery; one that cannot be read stands for none (no crawl, no refresh)."""
+    try:
+        return CrawlMessage.decode(message.body)
+    except InvalidMessage:
+        return CrawlMessage(url="")
