@@ -61,8 +61,8 @@ def config(
     return frame(servers, state, connections=4096, open_files=8000, access_log=access_log)
 
 
-# One line per request: host, path and status, enough to count what a crawl fetched twice.
-REQUEST_LOG = "log_format requests '$server_addr $request_uri $status';"
+# One line per request: host, path, status and body bytes, enough to count what a crawl fetched twice.
+REQUEST_LOG = "log_format requests '$server_addr $request_uri $status $body_bytes_sent';"
 
 
 def frame(

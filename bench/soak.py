@@ -227,7 +227,7 @@ def _outcome(spec: SiteSpec, db: Path, access_log: Path, left: int) -> Outcome:
     hits: Counter[tuple[str, str]] = Counter()
     if access_log.exists():
         for line in access_log.read_text().splitlines():
-            host, uri, _status = line.split(" ")
+            host, uri, *_ = line.split(" ")
             hits[host, uri] += 1
     out.requests = sum(hits.values())
     out.refetches = sum(n - 1 for n in hits.values())

@@ -80,6 +80,14 @@ def test_retry_tiers_are_every_delay_once() -> None:
         ("dedup: {mod: bloom}", ["dedup.mod", "unknown key"]),
         ("- a\n- b", ["expected a mapping"]),
         ("defaults: [1, 2", ["not valid YAML"]),
+        ("defaults: {recrawl: {every: 6x}}", ["defaults.recrawl.every", "'6x' is not a duration"]),
+        ("defaults: {recrawl: {every: 1h, min: 2h}}", ["defaults.recrawl", "need min <= every <= max"]),
+        ("domains: {a.test: {recrawl: {every: -5}}}", ["domains.a.test.recrawl.every", "greater than 0"]),
+        (
+            "defaults: {recrawl_rules: [{match: '(', every: 1h}]}",
+            ["recrawl_rules.0.match", "regular expression"],
+        ),
+        ("defaults: {recrawl: {evrey: 1h}}", ["defaults.recrawl.evrey", "unknown key"]),
     ],
 )
 def test_bad_config_names_key_and_rule(text: str, fragments: list[str]) -> None:
@@ -89,6 +97,44 @@ def test_bad_config_names_key_and_rule(text: str, fragments: list[str]) -> None:
     assert message.startswith("domains.yaml")
     for fragment in fragments:
         assert fragment in message
+
+
+def test_recrawl_takes_durations_inherits_and_turns_off() -> None:
+    config = parse_config(
+        """
+defaults:
+  recrawl: {every: 1d, min: 90m, max: 2w}
+  recrawl_rules: [{match: "^/product/", every: 6h}]
+domains:
+  a.test: {}
+  b.test: {recrawl: null}
+  c.test: {recrawl: off}
+  d.test: {recrawl: {every: 10m}}
+  e.test: {recrawl: null, recrawl_rules: [{match: "^/news/", every: 30m}]}
+"""
+    )
+    a = config.rules["a.test"]
+    assert a.recrawl is not None and (a.recrawl.every, a.recrawl.lowest, a.recrawl.highest) == (
+        86_400,
+        5_400,
+        1_209_600,
+    )
+    rule = a.recrawl_for("https://a.test/product/1?x=1")
+    assert rule is not None and (rule.every, rule.lowest, rule.highest) == (21_600, 5_400, 1_209_600)
+    assert a.recrawl_for("https://a.test/about") == a.recrawl
+    for off in ("b.test", "c.test"):  # off, the defaults' rules with it
+        assert config.rules[off].recrawl_for("https://x/product/1") is None and not config.rules[off].recrawls
+    d = config.rules["d.test"].recrawl
+    assert d is not None and (d.every, d.lowest, d.highest) == (
+        600,
+        600,
+        30 * 86_400,
+    )  # min and max fit every
+    e = config.rules["e.test"]  # off, but its own rule turns it on where it matches
+    assert e.recrawl_for("https://e.test/about") is None
+    news = e.recrawl_for("https://e.test/news/1")
+    assert news is not None and news.every == 1_800
+    assert parse_config("").defaults.recrawl is None  # off by default
 
 
 def test_missing_file(tmp_path: Path) -> None:

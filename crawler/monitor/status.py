@@ -214,7 +214,7 @@ def _queue_rows(data: dict[str, Any]) -> list[list[str]]:
     # Most crawls fetch directly and spend nothing, and crawl once: those columns appear only when
     # some domain paid, or has a schedule.
     paid = any(d.get("credits", 0) for d in data["domains"])
-    fresh = any(d["freshness"]["due"] or d["freshness"]["found"] for d in data["domains"])
+    fresh = any(_scheduled(d.get("freshness")) for d in data["domains"])
     head = ["queue", "ready", "unacked", "consumers", "ok", "failed", "pages/s"]
     rows = [[*head, *(["credits"] if paid else []), *(_FRESHNESS if fresh else [])]]
     for d in data["domains"]:
@@ -229,6 +229,11 @@ def _queue_rows(data: dict[str, Any]) -> list[list[str]]:
 
 
 _FRESHNESS = ["due", "overdue", "changed", "unchanged", "gone"]
+
+
+def _scheduled(freshness: dict[str, Any] | None) -> bool:
+    """Whether a domain's pages are on a schedule: some due, or some refreshed."""
+    return bool(freshness and (freshness["due"] or freshness["found"]))
 
 
 def _freshness_cells(f: dict[str, Any]) -> list[str]:

@@ -17,7 +17,7 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, Abstrac
 
 from crawler.config import CrawlConfig
 from crawler.dedup.store import SeenStore
-from crawler.errors import BackendBudgetExhausted, BackendHalt
+from crawler.errors import BackendHalt
 from crawler.frontier.crawls import CrawlState
 from crawler.frontier.exchanges import declare, topology, work_queues
 from crawler.frontier.quota import PageQuota
@@ -25,12 +25,13 @@ from crawler.frontier.recovery import Recovery
 from crawler.frontier.router import Router
 from crawler.monitor import readings
 from crawler.monitor.metrics import DomainStats, Metrics
-from crawler.names import CLOSE_WAIT, PAUSE_POLL, Names
+from crawler.names import CLOSE_WAIT, Names
 from crawler.sink.groupcommit import GroupCommit
 from crawler.worker.admission import Admission
 from crawler.worker.cost import Cost
 from crawler.worker.drain import Drain
 from crawler.worker.ending import lost
+from crawler.worker.holds import Holds
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import Visitor
 from crawler.worker.parking import Parking
@@ -108,11 +109,9 @@ class Consumer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._stop = asyncio.Event()
-        self.halted: dict[str, str] = {}  # domain -> why the fetch service stopped it
-        # Halted domains that come back by themselves (a spent budget): burst mode waits for them.
-        self._resting: set[str] = set()
-        self._paused: set[str] = set()  # domains paused fleet-wide, as last read
-        self._resuming: set[asyncio.Task[None]] = set()
+        self.holds = Holds(
+            self.subscriptions, parts.crawls, lambda: self.config.budget_pause, self._stop.is_set
+        )
 
     @property
     def config(self) -> CrawlConfig:
@@ -159,11 +158,15 @@ class Consumer:
             reload = self.watcher.wake.set if self.watcher else lambda: None
             with drain_on_signals(self.stop, reload, self.grace):
                 # A domain paused before this consumer started is not subscribed until resumed.
-                self._paused = await parts.crawls.paused() if parts.crawls else set()
-                await self.subscriptions.add(self._active(self.domains), declared_in)
+                await self.holds.read_pauses()
+                await self.subscriptions.add(self.holds.active(self.domains), declared_in)
                 async with asyncio.TaskGroup() as tasks:
                     watching = tasks.create_task(self.watcher.run()) if self.watcher else None
-                    pausing = tasks.create_task(self._watch_pauses()) if parts.crawls else None
+                    pausing = (
+                        tasks.create_task(self.holds.follow_pauses(lambda: self.domains))
+                        if parts.crawls
+                        else None
+                    )
                     try:
                         await (self._until_drained() if self.burst else self._stop.wait())
                         await self._unsubscribe()
@@ -197,8 +200,8 @@ class Consumer:
         await self.subscriptions.refresh_prefetch([d for d in self.domains if d in config.domains])
         added = sorted(set(config.domains) - set(self.domains)) if self._every_domain else []
         self.domains.extend(added)
-        if added and not self._stop.is_set() and self._active(added):
-            await self.subscriptions.add(self._active(added))
+        if added and not self._stop.is_set() and self.holds.active(added):
+            await self.subscriptions.add(self.holds.active(added))
         log.info("configuration reloaded%s", f"; new domains: {', '.join(added)}" if added else "")
 
     async def _on_message(self, domain: str, message: AbstractIncomingMessage) -> None:
@@ -210,7 +213,7 @@ class Consumer:
         try:
             await self._pipeline.handle(domain, message)
         except BackendHalt as exc:
-            await self._halt(domain, message, exc)
+            await self.holds.halt(domain, message, exc)
         except asyncio.CancelledError:
             # aio-pika cancels the work on a channel's deliveries when the channel closes.
             if lost(message):
@@ -222,64 +225,6 @@ class Consumer:
             self._inflight -= 1
             if self._inflight == 0:
                 self._idle.set()
-
-    async def _halt(self, domain: str, message: AbstractIncomingMessage, exc: BackendHalt) -> None:
-        """The fetch service refuses the domain: its message goes back, its queue is held.
-
-        Nothing is set aside: the pages are fine, the key or the budget is not. A paused domain
-        (budget) is taken up again after domains.yaml's `budget_pause`; a rejected key waits for a restart.
-        """
-        try:
-            await message.nack(requeue=True)
-        except Exception as nack_failed:  # the channel is gone: the broker returns it all the same
-            log.debug("%s: nack failed (%r)", domain, nack_failed)
-        if domain in self.halted:
-            return
-        self.halted[domain] = str(exc)
-        wait = self.config.budget_pause if isinstance(exc, BackendBudgetExhausted) else exc.pause
-        pause = f"paused for {wait:g}s" if wait else "stopped until this worker is restarted"
-        log.error("%s: %s; its messages stay in the queue, %s", domain, exc, pause)
-        await self.subscriptions.hold(domain)
-        if wait:
-            self._resting.add(domain)
-            asyncio.get_running_loop().call_later(wait, self._resume, domain)
-
-    def _resume(self, domain: str) -> None:
-        """Take a halted domain's queue up again (its budget may have been raised), unless paused."""
-        self._resting.discard(domain)
-        if self.halted.pop(domain, None) is None or self._stop.is_set() or domain in self._paused:
-            return  # a fleet-wide pause releases it when it ends
-        log.info("%s: taking its messages again after a pause", domain)
-        task = asyncio.ensure_future(self.subscriptions.release(domain))
-        self._resuming.add(task)
-        task.add_done_callback(self._resuming.discard)
-
-    def _active(self, domains: Sequence[str]) -> list[str]:
-        """Of `domains`, those neither paused fleet-wide nor halted by the fetch service."""
-        return [d for d in domains if d not in self._paused and d not in self.halted]
-
-    async def _watch_pauses(self) -> None:
-        """Follow the fleet-wide paused domains: hold a paused queue's subscription, release it after."""
-        assert self.parts.crawls is not None
-        while True:
-            await asyncio.sleep(PAUSE_POLL)
-            try:
-                paused = await self.parts.crawls.paused()
-            except Exception as exc:  # Redis away: keep what is in force, look again
-                log.debug("cannot read paused domains (%r)", exc)
-                continue
-            if self._stop.is_set():
-                return
-            for domain in self.domains:
-                if domain in paused and domain not in self._paused:
-                    self._paused.add(domain)
-                    await self.subscriptions.hold(domain)
-                    log.info("%s paused: its queue is left alone until resumed", domain)
-                elif domain not in paused and domain in self._paused:
-                    self._paused.discard(domain)
-                    if domain not in self.halted:
-                        await self.subscriptions.release(domain)
-                    log.info("%s resumed", domain)
 
     def _prefetch(self, domain: str) -> int:
         """The domain queue's prefetch: as configured, unless this consumer's share is smaller, or
@@ -304,7 +249,7 @@ class Consumer:
     async def _until_drained(self) -> None:
         # A domain resting after a spent budget still has work in its queue: not drained until it is done.
         def working() -> list[str]:
-            return [d for d in self.domains if d in self._resting or d in self._active([d])]
+            return [d for d in self.domains if d in self.holds.resting or d in self.holds.active([d])]
 
         drain = Drain(
             self.connection,
@@ -314,7 +259,7 @@ class Consumer:
         )
 
         async def resume() -> None:
-            await self.subscriptions.add(self._active(self.domains))
+            await self.subscriptions.add(self.holds.active(self.domains))
 
         await drain.wait(
             self._stop, lambda: self._inflight == 0 and not self._more(), self._unsubscribe, resume

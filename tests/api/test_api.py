@@ -249,3 +249,18 @@ def test_readyz_names_each_service(api: Api) -> None:
     with api.client(None) as client:
         body = client.get("/v1/readyz").json()
     assert body == {"status": "ok", "services": {"rabbitmq": "ok", "redis": "ok", "database": "ok"}}
+
+
+def test_a_recrawl_publishes_stored_pages_and_refuses_an_unknown_domain(
+    api: Api, settings: Settings, site: Site
+) -> None:
+    with api.client() as client:
+        _crawl(client, seeds=[site.url()], max_pages=1)
+        finish(consumer(settings, "--burst"))
+        resp = client.post("/v1/recrawls", json={"all": True})
+        assert resp.status_code == 200, resp.text
+        assert resp.json() == {"published": {"a.test": 1}, "due": {"a.test": 0}}
+        assert client.post("/v1/recrawls", json={"domains": ["elsewhere.test"]}).status_code == 422
+        assert client.post("/v1/recrawls", json={"everything": True}).status_code == 422
+    with api.client(READER) as client:
+        assert client.post("/v1/recrawls", json={}).status_code == 403

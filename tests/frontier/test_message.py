@@ -5,12 +5,21 @@ from __future__ import annotations
 import pytest
 
 from crawler.errors import InvalidMessage
-from crawler.frontier.message import MAX_MESSAGE_BYTES, CrawlMessage
+from crawler.frontier.message import MAX_MESSAGE_BYTES, CrawlMessage, Refresh
 
 
 def test_round_trip() -> None:
     message = CrawlMessage("http://a.test/x", depth=3, via=("00112233445566ff", "8899aabbccddeeff"))
     assert CrawlMessage.decode(message.encode()) == message
+
+
+def test_a_refresh_carries_its_rows_validators_signature_interval_and_gone_count() -> None:
+    modified = "Fri, 04 Dec 2026 12:00:00 GMT"
+    refresh = Refresh('W/"x1"', modified, "ab" * 16, interval=5400.0, gone=1)
+    message = CrawlMessage("http://a.test/p", depth=2, crawl="c1", refresh=refresh)
+    assert CrawlMessage.decode(message.encode()) == message
+    bare = CrawlMessage("http://a.test/", refresh=Refresh())
+    assert CrawlMessage.decode(bare.encode()).refresh == Refresh()
 
 
 def test_fields_a_newer_worker_adds_are_ignored() -> None:
@@ -39,6 +48,12 @@ def test_fields_a_newer_worker_adds_are_ignored() -> None:
         (b'{"v": 1, "url": "http://a.test/", "via": ["' + b"0" * 65 + b'"]}', "'via'"),
         (b'{"v": 1, "url": "http://a.test/", "via": [' + b",".join([b'"0"'] * 65) + b"]}", "'via'"),
         (b" " * (MAX_MESSAGE_BYTES + 1), "exceeds"),
+        (b'{"v": 1, "url": "http://a.test/", "refresh": [1]}', "'refresh' is not a JSON object"),
+        (b'{"v": 1, "url": "http://a.test/", "refresh": {"etag": 5}}', "'refresh.etag'"),
+        (b'{"v": 1, "url": "http://a.test/", "refresh": {"etag": "' + b"x" * 513 + b'"}}', "'refresh.etag'"),
+        (b'{"v": 1, "url": "http://a.test/", "refresh": {"interval": -1}}', "'refresh.interval'"),
+        (b'{"v": 1, "url": "http://a.test/", "refresh": {"interval": true}}', "'refresh.interval'"),
+        (b'{"v": 1, "url": "http://a.test/", "refresh": {"gone": "2"}}', "'refresh.gone'"),
     ],
 )
 def test_invalid_messages_say_what_is_wrong(body: bytes, why: str) -> None:

@@ -254,6 +254,42 @@ async def test_credits_per_domain_show_only_when_some_domain_spent(
     assert next(line for line in lines if line.startswith("b.test")).split()[-1] == "0"
 
 
+async def test_a_schedule_shows_what_is_due_and_what_the_last_fetches_found(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    sites = shops(products=1)
+    settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", sites))
+    config = load_config(settings.config_path)
+    await asyncio.to_thread(migrate, sqlite_url)
+    sink = Sink(sqlite_url)
+    now = datetime.now(UTC)
+    try:
+        plain = [PageRecord("http://b.test/1", "b.test", 0, 1)]
+        await sink.store_many(plain)
+        assert "due" not in render(await status(settings, config)).splitlines()[0]  # no schedule: as ever
+        found = ["changed", "not_modified", "same_signature", "gone", "not_modified"]
+        await sink.store_many(
+            [
+                PageRecord(
+                    f"http://a.test/{i}", "a.test", 0, 1, found=f, next_fetch_at=now - timedelta(minutes=i)
+                )
+                for i, f in enumerate(found)
+            ]
+        )
+    finally:
+        sink.close()
+    data = await status(settings, config)
+    freshness = {d["domain"]: d["freshness"] for d in data["domains"]}
+    assert freshness["a.test"]["due"] == 5 and freshness["a.test"]["overdue_seconds"] >= 4 * 60
+    assert freshness["a.test"]["found"] == {"changed": 1, "not_modified": 2, "same_signature": 1, "gone": 1}
+    head, *lines = render(data).splitlines()
+    assert head.split()[-5:] == ["due", "overdue", "changed", "unchanged", "gone"]
+    a = next(line for line in lines if line.startswith("a.test")).split()
+    assert a[-5] == "5" and a[-3:] == ["1", "3", "1"]
+    b = next(line for line in lines if line.startswith("b.test")).split()
+    assert b[-5:] == ["0", "-", "0", "0", "0"]
+
+
 def test_rich_tables_render() -> None:
     console = Console(file=io.StringIO(), width=160, force_terminal=True)
     console.print(rich_tables(SAMPLE))

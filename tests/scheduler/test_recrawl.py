@@ -3,9 +3,12 @@ signature, gone pages, adaptive intervals, and the scheduler's claims."""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import pytest
 import sqlalchemy as sa
 import yaml
@@ -13,12 +16,16 @@ from redis.asyncio import Redis
 
 from crawler import connections
 from crawler.config import CrawlConfig, load_config
+from crawler.frontier.message import CrawlMessage
+from crawler.names import Names
 from crawler.scheduler.running import scheduling
+from crawler.scheduler.scheduler import Timing
 from crawler.settings import Settings
 from crawler.sink import sql
 from crawler.worker import wiring
 from tests.support.fresh import FreshSite, Page, fresh_site, html, serving
-from tests.support.services import settings_for
+from tests.support.services import run, settings_for
+from tests.support.wait import until
 
 HOUR = 3600.0
 
@@ -110,3 +117,144 @@ async def test_a_second_pass_asks_conditionally_and_tells_changed_unchanged_and_
     # Gone: the new status, the last content still readable, on its schedule until drop_after.
     assert (p2["status_code"], p2["title"], p2["gone"]) == (410, "p2", 1)
     assert p2["next_fetch_at"] is not None
+
+
+async def stored_due(database_url: str, domain: str, n: int, due: datetime) -> None:
+    """`n` stored pages of `domain`, due at `due`."""
+    await asyncio.to_thread(sql.migrate, database_url)
+    sink = sql.Sink(database_url)
+    try:
+        await sink.store_many(
+            [
+                sql.PageRecord(
+                    f"http://{domain}/p/{i}",
+                    domain,
+                    1,
+                    1,
+                    status_code=200,
+                    fetch_interval=HOUR,
+                    next_fetch_at=due,
+                )
+                for i in range(n)
+            ]
+        )
+    finally:
+        sink.close()
+
+
+async def queued(amqp_url: str, queue: str) -> list[CrawlMessage]:
+    """Every message in `queue`, taken off it."""
+    out = []
+    async with await aio_pika.connect(amqp_url) as connection:
+        channel = await connection.channel()
+        declared = await channel.get_queue(queue)
+        while (message := await declared.get(fail=False)) is not None:
+            out.append(CrawlMessage.decode(message.body))
+            await message.ack()
+    return out
+
+
+def recrawling(tmp_path: Path, domain: str, rate: float = 1000) -> Path:
+    path = tmp_path / "d.yaml"
+    path.write_text(yaml.safe_dump({"domains": {domain: {"rate": rate, "recrawl": {"every": "1h"}}}}))
+    return path
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
+async def test_two_schedulers_publish_each_due_page_once(
+    tmp_path: Path, amqp_url: str, prefix: str, database_url: str
+) -> None:
+    settings = settings_for(amqp_url, prefix, database_url, recrawling(tmp_path, "a.test"))
+    config = load_config(settings.config_path)
+    await stored_due(database_url, "a.test", 600, datetime.now(UTC) - timedelta(minutes=5))
+    timing = Timing(batch=50)  # many small claims, so the two interleave
+    async with (
+        connections.broker(settings.amqp_url, "test scheduler 1") as one,
+        connections.broker(settings.amqp_url, "test scheduler 2") as two,
+        scheduling(settings, lambda: config, one, timing=timing) as first,
+        scheduling(settings, lambda: config, two, timing=timing) as second,
+    ):
+        published = await asyncio.gather(first.publish_due(), second.publish_due())
+        again = await first.publish_due()  # all claimed: nothing left due
+    assert sum(p.get("a.test", 0) for p in published) == 600 and again == {}
+    urls = [m.url for m in await queued(amqp_url, Names(prefix).domain_queue("a.test"))]
+    assert len(urls) == len(set(urls)) == 600
+    assert all(m.refresh is not None for m in await queued(amqp_url, Names(prefix).domain_queue("a.test")))
+
+
+@pytest.mark.timeout(120)
+async def test_a_slow_domain_is_given_its_rate_and_a_lost_refresh_is_published_again_after_its_lease(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    settings = settings_for(amqp_url, prefix, sqlite_url, recrawling(tmp_path, "a.test", rate=0.5))
+    config = load_config(settings.config_path)
+    await stored_due(sqlite_url, "a.test", 100, datetime.now(UTC) - timedelta(minutes=5))
+    queue = Names(prefix).domain_queue("a.test")
+    lease = 2.0
+    async with (
+        connections.broker(settings.amqp_url, "test scheduler") as connection,
+        scheduling(settings, lambda: config, connection, timing=Timing(ahead=20, lease=lease)) as scheduler,
+    ):
+        # 0.5 pages/s for 20 s: 10 queued at a time, however many are due; the rest stays in the database.
+        assert await scheduler.publish_due() == {"a.test": 10}
+        assert await scheduler.publish_due() == {}  # its queue holds its 20 s already
+        assert (await scheduler.backlog(["a.test"]))["a.test"].due == 90
+        lost = {m.url for m in await queued(amqp_url, queue)}  # purged: those ten refreshes are lost
+        await asyncio.to_thread(_due_only, sqlite_url, lost)  # (the others done, off the schedule)
+        assert await scheduler.publish_due() == {}  # leased: not published again while it lasts
+        # Once their lease ends, the lost ones are due again, and published again.
+        await until(scheduler.publish_due, lambda p: p.get("a.test") == 10, within=10 + lease, every=0.2)
+        again = {m.url for m in await queued(amqp_url, queue)}
+    assert again == lost
+
+
+def _due_only(database_url: str, urls: set[str]) -> None:
+    """Take every page but `urls` off the schedule."""
+    engine = sa.create_engine(sql.engine_url(database_url))
+    try:
+        with engine.begin() as conn:
+            page = sql.Page.__table__
+            conn.execute(page.update().where(page.c.url.not_in(urls)).values(next_fetch_at=None))
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.timeout(180)
+async def test_crawl_recrawl_due_refreshes_until_done_and_counts_what_it_found(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    site = fresh_site()
+    site.pages["/"] = Page(html("home", "the shop", ["/a", "/b", "/c"]))
+    for name in "abc":
+        site.pages[f"/{name}"] = Page(html(name, f"page {name}"))
+    config_path = configure(tmp_path / "d.yaml", site, every="1s", drop_after=1)
+    settings = settings_for(amqp_url, prefix, sqlite_url, config_path)
+    with serving(site):
+        crawled = await asyncio.to_thread(run, "crawler", ["crawl", site.url()], settings)
+        assert crawled.returncode == 0, crawled.stderr
+        site.pages["/a"] = Page(html("a", "page a, edited"))
+        del site.pages["/c"]  # gone: 404
+        await until(lambda: due_now(sqlite_url), lambda n: n == 4, what="all four pages due")
+        refreshed = await asyncio.to_thread(run, "crawler", ["crawl", "--recrawl", "due"], settings)
+    assert refreshed.returncode == 0, refreshed.stderr
+    head, row = refreshed.stdout.splitlines()[:2]
+    assert head.split()[-4:] == ["changed", "304", "same", "gone"]
+    assert row.split()[0] == site.host and row.split()[-4:] == ["1", "2", "0", "1"]
+    after = rows(sqlite_url)
+    gone = after[site.url("/c")]
+    assert (gone["status_code"], gone["gone"], gone["next_fetch_at"]) == (404, 1, None)  # drop_after 1
+    recrawled = await asyncio.to_thread(run, "crawler", ["recrawl", "--all"], settings)
+    assert recrawled.returncode == 0, recrawled.stderr
+    assert recrawled.stdout.split() == [site.host, "4", "published", "0", "still", "due"]
+
+
+def due_now(database_url: str) -> int:
+    now = datetime.now(UTC)
+    return sum(
+        1 for r in rows(database_url).values() if r["next_fetch_at"] and _utc(r["next_fetch_at"]) <= now
+    )
+
+
+def _utc(when: datetime) -> datetime:
+    return when if when.tzinfo else when.replace(tzinfo=UTC)

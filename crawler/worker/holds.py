@@ -1,0 +1,100 @@
+"""The domains a consumer leaves alone: those paused fleet-wide (followed from Redis), and those the
+fetch service refuses (a rejected key: until the worker restarts; a spent budget: `budget_pause`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from aio_pika.abc import AbstractIncomingMessage
+
+from crawler.errors import BackendBudgetExhausted, BackendHalt
+from crawler.frontier.crawls import CrawlState
+from crawler.names import PAUSE_POLL
+from crawler.worker.subscriptions import Subscriptions
+
+log = logging.getLogger("crawler.worker.consumer")
+
+
+class Holds:
+    """Holds a consumer's paused and halted domains' subscriptions, and releases them after."""
+
+    def __init__(
+        self,
+        subscriptions: Subscriptions,
+        crawls: CrawlState | None,
+        budget_pause: Callable[[], float],
+        stopping: Callable[[], bool],
+    ) -> None:
+        self._subscriptions = subscriptions
+        self._crawls = crawls  # None: no fleet-wide pauses (tests)
+        self._budget_pause = budget_pause
+        self._stopping = stopping
+        self.halted: dict[str, str] = {}  # domain -> why the fetch service stopped it
+        # Halted domains that come back by themselves (a spent budget): burst mode waits for them.
+        self.resting: set[str] = set()
+        self.paused: set[str] = set()  # domains paused fleet-wide, as last read
+        self._resuming: set[asyncio.Task[None]] = set()
+
+    async def read_pauses(self) -> None:
+        """Read the domains paused fleet-wide (before subscribing: a paused one is not subscribed)."""
+        self.paused = await self._crawls.paused() if self._crawls else set()
+
+    def active(self, domains: Sequence[str]) -> list[str]:
+        """Of `domains`, those neither paused fleet-wide nor halted by the fetch service."""
+        return [d for d in domains if d not in self.paused and d not in self.halted]
+
+    async def halt(self, domain: str, message: AbstractIncomingMessage, exc: BackendHalt) -> None:
+        """The fetch service refuses the domain: its message goes back, its queue is held.
+
+        Nothing is set aside: the pages are fine, the key or the budget is not. A paused domain
+        (budget) is taken up again after domains.yaml's `budget_pause`; a rejected key waits for a restart.
+        """
+        try:
+            await message.nack(requeue=True)
+        except Exception as nack_failed:  # the channel is gone: the broker returns it all the same
+            log.debug("%s: nack failed (%r)", domain, nack_failed)
+        if domain in self.halted:
+            return
+        self.halted[domain] = str(exc)
+        wait = self._budget_pause() if isinstance(exc, BackendBudgetExhausted) else exc.pause
+        pause = f"paused for {wait:g}s" if wait else "stopped until this worker is restarted"
+        log.error("%s: %s; its messages stay in the queue, %s", domain, exc, pause)
+        await self._subscriptions.hold(domain)
+        if wait:
+            self.resting.add(domain)
+            asyncio.get_running_loop().call_later(wait, self._resume, domain)
+
+    def _resume(self, domain: str) -> None:
+        """Take a halted domain's queue up again (its budget may have been raised), unless paused."""
+        self.resting.discard(domain)
+        if self.halted.pop(domain, None) is None or self._stopping() or domain in self.paused:
+            return  # a fleet-wide pause releases it when it ends
+        log.info("%s: taking its messages again after a pause", domain)
+        task = asyncio.ensure_future(self._subscriptions.release(domain))
+        self._resuming.add(task)
+        task.add_done_callback(self._resuming.discard)
+
+    async def follow_pauses(self, domains: Callable[[], Sequence[str]]) -> None:
+        """Follow the fleet-wide paused domains: hold a paused queue's subscription, release it after."""
+        assert self._crawls is not None
+        while True:
+            await asyncio.sleep(PAUSE_POLL)
+            try:
+                paused = await self._crawls.paused()
+            except Exception as exc:  # Redis away: keep what is in force, look again
+                log.debug("cannot read paused domains (%r)", exc)
+                continue
+            if self._stopping():
+                return
+            for domain in domains():
+                if domain in paused and domain not in self.paused:
+                    self.paused.add(domain)
+                    await self._subscriptions.hold(domain)
+                    log.info("%s paused: its queue is left alone until resumed", domain)
+                elif domain not in paused and domain in self.paused:
+                    self.paused.discard(domain)
+                    if domain not in self.halted:
+                        await self._subscriptions.release(domain)
+                    log.info("%s resumed", domain)
