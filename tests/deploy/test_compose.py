@@ -71,6 +71,14 @@ def test_the_stack_has_what_the_issue_lists() -> None:
     assert s["migrate"]["command"] == ["crawler", "db", "upgrade"]
 
 
+def test_one_scheduler_runs_by_default_after_the_migration() -> None:
+    scheduler = services()["scheduler"]
+    assert scheduler["command"][0] == "crawler-scheduler"
+    assert "profiles" not in scheduler and scheduler.get("deploy", {}).get("replicas", 1) == 1
+    assert scheduler["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}
+    assert scheduler["restart"] == "unless-stopped"
+
+
 def test_the_gateway_and_the_api_are_behind_documented_profiles() -> None:
     s = services()
     doc = (ROOT / "docs" / "operating.md").read_text()

@@ -25,6 +25,7 @@ from crawler.gateway.render import RenderConfig
 from crawler.gateway.render.metrics import RenderMetrics
 from crawler.monitor.metrics import Metrics
 from crawler.names import Names
+from crawler.scheduler import cli as scheduler_cli
 from tests.deploy.test_monitoring import metric_names
 from tests.support import kustomize
 from tests.support.kustomize import Resource
@@ -198,7 +199,8 @@ def test_domains_yaml_is_a_configmap_mounted_as_a_directory_for_live_reload(over
     readers = [
         r for r in resources if r["kind"] in ("Deployment", "Job") and "gateway" not in r["metadata"]["name"]
     ]
-    expected = {"crawler-consumer", "crawler-migrate"} | ({"crawler-api"} if overlay == OVERLAY else set())
+    expected = {"crawler-consumer", "crawler-scheduler", "crawler-migrate"}
+    expected |= {"crawler-api"} if overlay == OVERLAY else set()
     assert {r["metadata"]["name"] for r in readers} == expected
     for workload in readers:
         pod = workload["spec"]["template"]["spec"]
@@ -209,6 +211,47 @@ def test_domains_yaml_is_a_configmap_mounted_as_a_directory_for_live_reload(over
         assert "subPath" not in mount  # a subPath mount never sees the ConfigMap change
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["CRAWLER_CONFIG"] == f"{mount['mountPath']}/domains.yaml"
+
+
+@pytest.mark.parametrize("overlay", [OVERLAY, RENDER_OVERLAY], ids=lambda p: p.name)
+def test_one_scheduler_runs_with_the_consumers_services_and_is_scraped(overlay: Path) -> None:
+    resources = kustomize.build(overlay)
+    deployment = find(resources, "Deployment", "crawler-scheduler")
+    assert deployment["spec"]["replicas"] == 1
+    template = deployment["spec"]["template"]
+    pod = template["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][0] == "crawler-scheduler"
+    args = scheduler_cli.build_parser().parse_args(container["args"][1:])
+    # Scraped as the consumers are: the annotations on the port its metrics are served on.
+    assert {"name": "metrics", "containerPort": args.metrics_port} in container["ports"]
+    assert args.metrics_addr == "0.0.0.0"
+    annotations = template["metadata"]["annotations"]
+    assert annotations == _consumer_template(resources)["metadata"]["annotations"] | {
+        "prometheus.io/port": str(args.metrics_port)
+    }
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    # The consumers' queues, pages table and domains.yaml: the same values, from the same Secret.
+    consumer_env = {e["name"]: e for e in _consumer(resources)["containers"][0]["env"]}
+    env = {e["name"]: e for e in container["env"]}
+    assert set(env) == {"CRAWLER_AMQP_URL", "CRAWLER_DATABASE_URL", "CRAWLER_CONFIG"}
+    assert all(env[name] == consumer_env[name] for name in env), env
+    # A rolling update starts the new pod first (two for a moment are safe); a drain is never held
+    # back by the budget of a single replica.
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    budget = next(
+        r
+        for r in resources
+        if r["kind"] == "PodDisruptionBudget"
+        and r["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    )
+    assert budget["spec"]["maxUnavailable"] >= 1 and "minAvailable" not in budget["spec"]
+
+
+def _consumer_template(resources: list[Resource]) -> dict[str, Any]:
+    template: dict[str, Any] = find(resources, "Deployment", "crawler-consumer")["spec"]["template"]
+    return template
 
 
 def test_the_migration_job_upgrades_the_database() -> None:
@@ -272,6 +315,7 @@ def test_the_render_overlay_sets_namespace_and_the_render_image_on_the_rendering
     images = {c["name"] + " " + c["image"] for c in kustomize.containers(resources)}
     assert images == {
         "consumer registry.example/crawler:0.1.0",
+        "scheduler registry.example/crawler:0.1.0",
         "migrate registry.example/crawler:0.1.0",
         "gateway registry.example/crawler:0.1.0-render",
     }

@@ -13,6 +13,9 @@ import yaml
 
 from crawler.monitor.metrics import Metrics
 from crawler.monitor.readings import exported_names
+from crawler.scheduler import cli as scheduler_cli
+from crawler.scheduler.metrics import SchedulerMetrics
+from tests.deploy.test_compose import services
 from tests.support import promtool
 
 DEPLOY = Path(__file__).parents[2] / "deploy"
@@ -20,6 +23,12 @@ PROMETHEUS = DEPLOY / "prometheus"
 DASHBOARDS = sorted((DEPLOY / "grafana").glob("*.json"))
 # Series Prometheus makes itself, not the crawler.
 PROMETHEUS_OWN = {"up"}
+
+
+def crawler_metrics() -> set[str]:
+    """What the workers and crawler-scheduler export: the dashboard and the rules may use these."""
+    return exported_names(Metrics().registry) | exported_names(SchedulerMetrics().registry)
+
 
 _KEYWORDS = {
     "by", "without", "on", "ignoring", "group_left", "group_right",
@@ -86,9 +95,9 @@ def test_dashboard_parses_and_uses_only_exported_metrics(path: Path) -> None:
     dashboard = json.loads(path.read_text())
     exprs = list(_dashboard_exprs(dashboard))
     used = set().union(*(metric_names(e) for e in exprs))
-    exported = exported_names(Metrics().registry)
+    exported = crawler_metrics()
     assert used, "no PromQL found in the dashboard"
-    assert used <= exported, f"not exported by crawler/metrics.py: {sorted(used - exported)}"
+    assert used <= exported, f"exported by neither a worker nor the scheduler: {sorted(used - exported)}"
     # What the issue asks to see at a glance.
     for needed in (
         "crawler_queue_messages_ready",
@@ -97,6 +106,8 @@ def test_dashboard_parses_and_uses_only_exported_metrics(path: Path) -> None:
         "crawler_dedup_hits_total",
         "crawler_dedup_misses_total",
         "crawler_heartbeat_timestamp_seconds",
+        "crawler_due_pages",
+        "crawler_due_oldest_seconds",
     ):
         assert needed in used, needed
     ids = [p["id"] for p in dashboard["panels"]]
@@ -113,7 +124,7 @@ def _rules() -> list[dict[str, Any]]:
 
 
 def test_alert_rules_use_only_exported_metrics() -> None:
-    exported = exported_names(Metrics().registry) | PROMETHEUS_OWN
+    exported = crawler_metrics() | PROMETHEUS_OWN
     for rule in _rules():
         used = metric_names(rule["expr"])
         assert used, rule["alert"]
@@ -129,7 +140,16 @@ def test_the_alerts_the_issue_asks_for_exist() -> None:
         "CrawlerWorkerDown",
         "CrawlerDeadQueueGrowing",
         "CrawlerCreditBurnHigh",
+        "CrawlerRecrawlBacklogGrowing",
+        "CrawlerSchedulerDown",
     } <= names
+
+
+def test_the_recrawl_backlog_alert_counts_each_domain_once() -> None:
+    # Every scheduler replica exports the whole backlog: a plain sum would count it once per replica.
+    rule = next(r for r in _rules() if r["alert"] == "CrawlerRecrawlBacklogGrowing")
+    expr = rule["expr"]
+    assert expr.count("crawler_due_pages") == expr.count("max by (domain) (crawler_due_pages)") > 0, expr
 
 
 def test_the_gateways_are_scraped() -> None:
@@ -138,6 +158,33 @@ def test_the_gateways_are_scraped() -> None:
     files = jobs["crawler-gateway"]["file_sd_configs"][0]["files"]
     assert any(Path(PROMETHEUS, f).match(pattern) for f in ("targets/gateway.json",) for pattern in files)
     assert (PROMETHEUS / "targets" / "gateway.json").exists()
+
+
+def _jobs(config: str) -> dict[str, dict[str, Any]]:
+    data = yaml.safe_load((PROMETHEUS / config).read_text())
+    return {job["job_name"]: job for job in data["scrape_configs"]}
+
+
+def test_the_schedulers_are_scraped() -> None:
+    files = _jobs("prometheus.yml")["crawler-scheduler"]["file_sd_configs"][0]["files"]
+    assert any(Path("targets/scheduler.json").match(pattern) for pattern in files)
+    targets = json.loads((PROMETHEUS / "targets" / "scheduler.json").read_text())
+    assert targets and all(t["targets"] for t in targets)
+    # Compose: the service's name on its network, on the port its command serves metrics on.
+    (sd,) = _jobs("compose.yml")["crawler-scheduler"]["dns_sd_configs"]
+    s = services()
+    for name in sd["names"]:
+        command = s[name]["command"]
+        assert command[0] == "crawler-scheduler", name
+        assert scheduler_cli.build_parser().parse_args(command[1:]).metrics_port == sd["port"], name
+
+
+@pytest.mark.parametrize("config", ["prometheus.yml", "compose.yml"])
+def test_every_job_an_alert_names_is_scraped(config: str) -> None:
+    jobs = _jobs(config)
+    for rule in _rules():
+        for job in re.findall(r'job="([^"]+)"', rule["expr"]):
+            assert job in jobs, f"{rule['alert']}: {config} has no job {job}"
 
 
 def test_promtool_checks_the_scrape_config_and_its_rules() -> None:

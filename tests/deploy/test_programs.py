@@ -1,7 +1,8 @@
 """The deployments against the programs they run: every command names an installed console script,
-crawler-gateway's and crawler-api's flags parse with their real argument parsers, their probes ask
-routes the programs really serve (and serve without a key), and every CRAWLER_* variable set is one
-the code reads. The manifests are checked, not run: no container engine or cluster here."""
+crawler-gateway's, crawler-api's and crawler-scheduler's flags parse with their real argument parsers,
+their probes ask routes the programs really serve (and serve without a key), and every CRAWLER_*
+variable set is one the code reads. The manifests are checked, not run: no container engine or cluster
+here."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import inspect
 import io
 import re
 import tomllib
-from collections.abc import AsyncIterator, Callable
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +33,10 @@ from crawler.config import load_config
 from crawler.gateway import cli as gateway_cli
 from crawler.gateway.proxies import load_proxies
 from crawler.gateway.server import Gateway
+from crawler.monitor import endpoint
 from crawler.names import Names
+from crawler.scheduler import cli as scheduler_cli
+from crawler.scheduler.metrics import SchedulerMetrics
 from crawler.settings import Settings
 from tests.deploy.test_compose import services
 from tests.deploy.test_k8s import CORES_PER_CONTEXT, PYTHON_AND_DRIVER_MB
@@ -46,7 +52,10 @@ SCRIPTS: set[str] = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["pr
 PARSERS: dict[str, Callable[[], argparse.ArgumentParser]] = {
     "crawler-gateway": gateway_cli.build_parser,
     "crawler-api": api_main.build_parser,
+    "crawler-scheduler": scheduler_cli.build_parser,
 }
+# What crawler-scheduler needs: the broker, the pages table, domains.yaml (not Redis).
+SCHEDULER_ENV = {"CRAWLER_AMQP_URL", "CRAWLER_DATABASE_URL", "CRAWLER_CONFIG"}
 
 
 @dataclass
@@ -57,7 +66,7 @@ class Launch:
     command: list[str]
     env: dict[str, str | None]  # None: the value comes from a Secret
     probes: dict[str, str] = field(default_factory=dict)  # kind -> HTTP path
-    port: int | None = None  # the port the deployment expects it on
+    port: int | None = None  # the port the deployment expects it on (its HTTP or metrics port)
 
 
 def k8s_launches(resources: list[Resource]) -> list[Launch]:
@@ -89,9 +98,13 @@ def compose_launches(s: dict[str, Any]) -> list[Launch]:
         env = {k: str(v) for k, v in (service.get("environment") or {}).items()}
         # The image's HEALTHCHECK asks CRAWLER_HEALTH_URL: that is the compose service's probe.
         probes = {}
-        if "CRAWLER_HEALTH_URL" in env:
-            probes["healthcheck"] = re.sub(r"^\w+://[^/]+", "", env["CRAWLER_HEALTH_URL"])
         ports = [int(p.rsplit(":", 1)[1]) for p in service.get("ports", [])]
+        if "CRAWLER_HEALTH_URL" in env:
+            url = re.fullmatch(r"\w+://[^/:]+(?::(\d+))?(/.*)", env["CRAWLER_HEALTH_URL"])
+            assert url, f"compose {name}: CRAWLER_HEALTH_URL {env['CRAWLER_HEALTH_URL']}"
+            probes["healthcheck"] = url.group(2)
+            if not ports and url.group(1):  # published nowhere: the port its health check asks
+                ports = [int(url.group(1))]
         found.append(Launch(f"compose {name}", list(command), dict(env), probes, ports[0] if ports else None))
     return found
 
@@ -156,7 +169,7 @@ def check_command(launch: Launch) -> None:
     except SystemExit:
         refused = f"{launch.where}: {program} refuses {launch.command[1:]}: {err.getvalue()}"
         raise AssertionError(refused) from None
-    host, port = args.listen
+    host, port = args.listen if program != "crawler-scheduler" else (args.metrics_addr, args.metrics_port)
     assert host == "0.0.0.0", f"{launch.where}: loopback is unreachable from outside the container"
     assert launch.port == port, f"{launch.where}: listens on {port}, exposes {launch.port}"
 
@@ -170,9 +183,12 @@ def check_env(launch: Launch, known: set[str]) -> None:
         assert {"CRAWLER_API_TOKENS", "CRAWLER_API_TOKENS_FILE"} & set(launch.env), launch.where
     if program in ("crawler-api", "crawler-gateway"):
         assert "CRAWLER_REDIS_URL" in launch.env, launch.where
+    if program == "crawler-scheduler":
+        missing = SCHEDULER_ENV - set(launch.env)
+        assert not missing, f"{launch.where}: lacks {sorted(missing)}"
 
 
-async def check_probes(launch: Launch, gateway: set[str], api: Any) -> None:
+async def check_probes(launch: Launch, gateway: set[str], api: Any, scheduler: str) -> None:
     program = launch.command[0]
     if program == "crawler-gateway":
         assert launch.probes, f"{launch.where}: no probe"
@@ -191,6 +207,33 @@ async def check_probes(launch: Launch, gateway: set[str], api: Any) -> None:
         if launch.where.startswith("k8s"):
             assert launch.probes.get("livenessProbe") == "/v1/healthz", launch.where
             assert launch.probes.get("readinessProbe") == "/v1/readyz", launch.where
+    elif program == "crawler-scheduler":
+        assert launch.probes, f"{launch.where}: no probe"
+        for kind, path in launch.probes.items():
+            # /healthz answers 200 only there (a wrong path gets /metrics, also a 200).
+            assert path == "/healthz", f"{launch.where}: {kind} asks {path}, not /healthz"
+            assert _status(scheduler + path) == 200, f"{launch.where}: {kind} {path}"
+        if launch.where.startswith("k8s"):
+            assert launch.probes.get("livenessProbe") == "/healthz", launch.where
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            status: int = resp.status
+            return status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@contextlib.contextmanager
+def scheduler_endpoint() -> Iterator[str]:
+    """The base URL of crawler-scheduler's /metrics and /healthz, served as it serves them (healthy)."""
+    server = endpoint.serve(SchedulerMetrics().registry, 0, "127.0.0.1", lambda: (True, "last pass 0s ago"))
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        server.close()
 
 
 def all_launches() -> list[Launch]:
@@ -203,19 +246,21 @@ async def check_all(launches: list[Launch]) -> None:
     known = names_the_code_reads()
     api = api_app()
     async with gateway_routes() as gateway:
-        for launch in launches:
-            check_command(launch)
-            check_env(launch, known)
-            await check_probes(launch, gateway, api)
+        with scheduler_endpoint() as scheduler:
+            for launch in launches:
+                check_command(launch)
+                check_env(launch, known)
+                await check_probes(launch, gateway, api, scheduler)
 
 
 # -- the tests ---------------------------------------------------------------------------------------
 
 
-def test_both_programs_are_deployed_everywhere() -> None:
+def test_the_programs_are_deployed_everywhere() -> None:
     programs = [(launch.where.split()[0], launch.command[0]) for launch in all_launches()]
     for where in ("k8s", "compose"):
-        assert (where, "crawler-gateway") in programs and (where, "crawler-api") in programs, where
+        for program in ("crawler-gateway", "crawler-api", "crawler-scheduler"):
+            assert (where, program) in programs, (where, program)
     wheres = {launch.where for launch in all_launches()}
     assert {"k8s crawler-gateway-render", "compose gateway-render"} <= wheres
 
@@ -253,6 +298,21 @@ MUTATIONS: dict[str, Callable[[list[Launch]], None]] = {
     "compose-render-port": lambda ls: setattr(_launch(ls, "compose gateway-render"), "port", 8901),
     "compose-render-probe": lambda ls: _launch(ls, "compose gateway-render").probes.__setitem__(
         "healthcheck", "/metricz"
+    ),
+    "scheduler-unknown-flag": lambda ls: _launch(ls, "k8s crawler-scheduler").command.__setitem__(
+        1, "--port"
+    ),
+    "scheduler-wrong-port": lambda ls: setattr(_launch(ls, "k8s crawler-scheduler"), "port", 9410),
+    "scheduler-probe": lambda ls: _launch(ls, "k8s crawler-scheduler").probes.__setitem__(
+        "livenessProbe", "/metrics"
+    ),
+    "compose-scheduler-probe": lambda ls: _launch(ls, "compose scheduler").probes.__setitem__(
+        "healthcheck", "/health"
+    ),
+    # Its health check asks the worker's port, where nothing listens in its container.
+    "compose-scheduler-port": lambda ls: setattr(_launch(ls, "compose scheduler"), "port", 9410),
+    "scheduler-no-database": lambda ls: _launch(ls, "compose scheduler").env.__delitem__(
+        "CRAWLER_DATABASE_URL"
     ),
 }
 
