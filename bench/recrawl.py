@@ -24,8 +24,19 @@ import yaml
 
 from bench import nginx
 from bench.procs import Child
+from bench.profile import parse, summary
 from bench.site import SiteSpec, file_name, write
-from bench.tools import TOOL, Bench, Result, _measured, _script, crawler_config, crawler_env, seed_and_consume
+from bench.tools import (
+    TOOL,
+    Bench,
+    Result,
+    _measured,
+    _profiled,
+    _script,
+    crawler_config,
+    crawler_env,
+    seed_and_consume,
+)
 
 
 @dataclass(slots=True)
@@ -68,19 +79,23 @@ def _change(spec: SiteSpec, site: Path, share: float) -> int:
     return changed
 
 
-def _consume(result: Result, stack: ExitStack, children: list[Child], env: dict[str, str], out: Path) -> None:
-    """Two `crawler-consume --burst`, until both are done."""
+def _consume(
+    result: Result, stack: ExitStack, children: list[Child], env: dict[str, str], out: Path, profile: bool
+) -> None:
+    """Two `crawler-consume --burst`, until both are done (the first under py-spy, if `profile`)."""
     consumers = []
     for i in range(2):
         log = stack.enter_context((out / f"consume-{i}.log").open("wb"))
         consumers.append(Child.start(f"consume {i}", [*_script("crawler-consume"), "--burst"], env, log))
     children.extend(consumers)
+    if profile:
+        result.profiles.append(stack.enter_context(_profiled(consumers[0], out)))
     for c in consumers:
         if c.wait():
             result.notes.append(f"{c.name} exited with {c.proc.returncode}, see {out}")
 
 
-def run(pages: int, share: float, work: Path) -> tuple[Pass, Pass, int]:
+def run(pages: int, share: float, work: Path, profile: bool = False) -> tuple[Pass, Pass, int]:
     """Both passes; and how many pages changed between them."""
     spec = SiteSpec(pages=pages, seed="recrawl")
     run_dir = work / datetime.now().strftime("run-%Y%m%d-%H%M%S")
@@ -114,7 +129,7 @@ def run(pages: int, share: float, work: Path) -> tuple[Pass, Pass, int]:
             children.append(recrawl)
             if recrawl.wait():
                 second.result.notes.append(f"crawler recrawl exited with {recrawl.proc.returncode}")
-            _consume(second.result, stack, children, env, out2)
+            _consume(second.result, stack, children, env, out2, profile)
             second.result.seconds = time.monotonic() - started
         second.result.pages = spec.total
         second.bytes_sent, second.answers, _ = _log_since(access, offset)
@@ -151,11 +166,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--pages", type=int, default=5000, help="pages per host (default %(default)s)")
     parser.add_argument("--changed", type=float, default=0.1, help="share of pages changed (default 0.1)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/crawler-recrawl"), help="site and logs")
+    parser.add_argument("--profile", action="store_true", help="py-spy one consumer of the second pass")
     args = parser.parse_args(argv)
     if not 0 < args.changed <= 1:
         sys.exit("bench.recrawl: --changed is a share of the pages, in (0, 1]")
-    first, second, changed = run(args.pages, args.changed, args.work)
+    first, second, changed = run(args.pages, args.changed, args.work, args.profile)
     print(table(first, second, changed))
+    for path in second.result.profiles:
+        if path.exists():
+            print(
+                f"\nprofile of one consumer of the second pass ({path}):\n" + summary(parse(path.read_text()))
+            )
 
 
 if __name__ == "__main__":

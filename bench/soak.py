@@ -64,15 +64,15 @@ class Series:
         if mb is not None:
             self.points.append((now, mb, fds))
 
-    def _settled(self) -> list[tuple[float, float, int]]:
+    def _settled(self, warm_up: float) -> list[tuple[float, float, int]]:
         if len(self.points) < 4:
             return self.points
-        start = self.points[0][0] + WARM_UP * (self.points[-1][0] - self.points[0][0])
+        start = self.points[0][0] + warm_up * (self.points[-1][0] - self.points[0][0])
         return [p for p in self.points if p[0] >= start]
 
-    def slopes(self) -> tuple[float, float]:
-        """Least-squares slopes after the warm-up: MB per minute and descriptors per minute."""
-        points = self._settled()
+    def slopes(self, warm_up: float = WARM_UP) -> tuple[float, float]:
+        """Least-squares slopes after the warm-up (a share of the life): MB and descriptors per minute."""
+        points = self._settled(warm_up)
         return _slope([(t, mb) for t, mb, _ in points]) * 60, _slope([(t, fd) for t, _, fd in points]) * 60
 
     @property

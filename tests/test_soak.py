@@ -27,5 +27,8 @@ def test_three_minutes_of_kills_and_a_broker_restart_lose_nothing_and_leak_nothi
     # The consumer that lived through every kill and the restart: flat memory, no descriptor leak.
     survivor = report.survivor
     assert survivor is not None
-    rss_slope, fd_slope = survivor.slopes()
+    # Fitted over the second half: in a run this short, a loaded machine is still filling the pools
+    # (a connection per host, the broker's after its restart at 30 %) past a fifth of it; a leak per
+    # page or per reconnect still shows over the hundreds of pages it fetches in that half.
+    rss_slope, fd_slope = survivor.slopes(warm_up=0.5)
     assert rss_slope < 5.0 and fd_slope < 5.0, report.text()

@@ -142,12 +142,18 @@ async def test_three_consumers_two_replicas_three_exits(
     gaps = [b[0] - a[0] for log in hits.values() for a, b in itertools.pairwise(log)]
     # Most gaps hold to the letter; the rest within how late the site's own loop ran.
     assert sum(g >= MIN_INTERVAL - 0.05 for g in gaps) >= 0.9 * len(gaps), (gaps, lag.worst)
+    # The spacing is kept where a replica reserves the exit; a request sent late by d (a loaded
+    # replica, a new connection) shortens its gap before by d and lengthens the one after by d, so
+    # each window of two gaps holds to the letter, and a single gap only to half (two requests given
+    # the same slot would show a gap near 0 and a window of one interval).
+    slack = 0.05 + lag.worst
     for client_ip, log in hits.items():
         for a, b in itertools.pairwise(log):
-            slack = 0.05 + lag.worst
-            assert b[0] - a[0] >= MIN_INTERVAL - slack, (client_ip, a, b, lag.worst)  # fleet-wide spacing
+            assert b[0] - a[0] >= MIN_INTERVAL / 2, (client_ip, a, b, lag.worst)
             if a[2] == 403:
                 assert b[0] - a[0] >= COOLDOWN * 0.9 - slack, (client_ip, a, b)  # cooldown kept
+        for a, _, c in zip(log, log[1:], log[2:], strict=False):
+            assert c[0] - a[0] >= 2 * MIN_INTERVAL - slack, (client_ip, a, c, lag.worst)  # fleet-wide spacing
     assert any(status == 403 for *_, status in site.log), "no ban happened: the test proves nothing"
     names = Names(prefix)
     ledger = float(await redis.get(names.gw_credits_key("test")) or 0)
