@@ -260,6 +260,14 @@ class Recrawl(_Strict):
         return self.max if self.max is not None else max(MAX_EVERY, self.every)
 
 
+class History(_Strict):
+    """Which versions of a page are kept (crawler/sink/versions.py): the newest `keep`, and of the
+    others none older than `max_age`. `crawler history prune` applies it."""
+
+    keep: int = Field(100, ge=1, le=1_000_000)
+    max_age: Duration = 365 * 86_400.0
+
+
 class RecrawlRule(_Strict):
     """URLs whose path and query match `match` (a regular expression) are recrawled with these
     settings over the domain's `recrawl` (or over its defaults, if the domain's is off)."""
@@ -301,6 +309,8 @@ class Rules(_Strict):
     parsers: tuple[ParseRule, ...] = ()  # per URL; the first match wins over `parse`
     recrawl: Annotated[Recrawl | None, BeforeValidator(_off)] = None  # None: each page once per crawl
     recrawl_rules: tuple[RecrawlRule, ...] = ()  # per URL; the first match wins
+    # Versions of each page and the change feed; None: neither (`history: off`).
+    history: Annotated[History | None, BeforeValidator(_off)] = Field(default_factory=History)
 
     def fetch_for(self, url: str) -> FetchSpec:
         """How `url` is fetched: the first fetch rule found in its path and query, else `fetch`."""
@@ -370,6 +380,7 @@ class DomainRules(_Strict):
     # Unset: the defaults'; `null` or `off`: off for this domain, whatever the defaults say.
     recrawl: Annotated[Recrawl | None, BeforeValidator(_off)] = None
     recrawl_rules: tuple[RecrawlRule, ...] | None = None
+    history: Annotated[History | None, BeforeValidator(_off)] = None
 
 
 @lru_cache(maxsize=1024)
@@ -541,6 +552,8 @@ class CrawlConfig(_Strict):
             merged["recrawl"] = None
             if overrides.recrawl_rules is None:
                 merged["recrawl_rules"] = ()
+        if "history" in overrides.model_fields_set and overrides.history is None:
+            merged["history"] = None
         return Rules.model_validate(merged)
 
     def domain_of(self, host: str) -> str | None:

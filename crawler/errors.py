@@ -118,6 +118,10 @@ class SinkError(CrawlerError):
     """A write to the database failed."""
 
 
+class FeedError(CrawlerError):
+    """A page's new version could not be published to the change feed (not confirmed)."""
+
+
 class HookFailed(CrawlerError):
     """A parse hook raised, returned something unusable, or overran the page's deadline."""
 

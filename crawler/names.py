@@ -96,6 +96,11 @@ class Names:
         return f"{self.prefix}.dead"
 
     @property
+    def changes(self) -> str:
+        """Topic exchange of the change feed: each new version of a page, routed by its domain."""
+        return f"{self.prefix}.changes"
+
+    @property
     def retry(self) -> str:
         """Headers exchange routing a message to its delay tier."""
         return f"{self.prefix}.retry"

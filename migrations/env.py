@@ -8,7 +8,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from crawler.sink.sql import Base, create_sink_engine, engine_url
+from crawler.sink.sql import create_sink_engine, engine_url
+from crawler.sink.tables import Base
 
 # Any constant works, as long as every migrating process uses the same one.
 _MIGRATION_LOCK_ID = 0x637261776C6572  # "crawler"

@@ -77,6 +77,7 @@ def topology(config: CrawlConfig, names: Names) -> Topology:
         Exchange(names.unrouted, ExchangeType.FANOUT),
         Exchange(names.dead, ExchangeType.FANOUT),
         Exchange(names.retry, ExchangeType.HEADERS),
+        Exchange(names.changes, ExchangeType.TOPIC),  # subscribers bind their own queues
     )
     queues = (
         Queue(names.unrouted, bindings=(Binding(names.unrouted),)),

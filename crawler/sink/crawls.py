@@ -12,7 +12,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from crawler.errors import SinkError
-from crawler.sink.sql import Base, Page, create_sink_engine, engine_url
+from crawler.sink.sql import create_sink_engine, engine_url
+from crawler.sink.tables import Base, Page
 
 CrawlState = Literal["running", "finished", "cancelled"]
 STATES: tuple[CrawlState, ...] = ("running", "finished", "cancelled")

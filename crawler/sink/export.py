@@ -21,7 +21,8 @@ from sqlalchemy import Select, select
 from sqlalchemy.exc import DBAPIError
 
 from crawler.errors import ConfigError, NotFound, SinkError
-from crawler.sink.sql import Page, create_sink_engine, engine_url
+from crawler.sink.sql import create_sink_engine, engine_url
+from crawler.sink.tables import Page
 
 FORMATS = ("jsonl", "csv", "parquet")
 BATCH = 2_000

@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from crawler.sink.sql import PageRecord, Sink
+from crawler.sink.versions import Version
 
 MAX_BATCH = 256
 
@@ -13,7 +14,9 @@ MAX_BATCH = 256
 @dataclass(slots=True)
 class _Waiting:
     record: PageRecord
-    done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    done: asyncio.Future[Version | None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
 
 
 class GroupCommit:
@@ -28,13 +31,18 @@ class GroupCommit:
         self._queue: list[_Waiting] = []
         self._flusher: asyncio.Task[None] | None = None
 
-    async def store(self, record: PageRecord) -> None:
-        """Store one page; raise the sink's error if its batch (and its own retry) failed."""
+    async def store(self, record: PageRecord) -> Version | None:
+        """Store one page; the version it made, if any. Raise the sink's error if its batch (and its
+        own retry) failed."""
         waiting = _Waiting(record)
         self._queue.append(waiting)
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush())
-        await asyncio.shield(waiting.done)
+        return await asyncio.shield(waiting.done)
+
+    async def latest_version(self, url: str) -> Version | None:
+        """The latest version of the page at `url` (to announce it again), None if it has none."""
+        return await self._sink.latest_version(url)
 
     async def _flush(self) -> None:
         try:
@@ -47,7 +55,7 @@ class GroupCommit:
 
     async def _commit(self, batch: list[_Waiting]) -> None:
         try:
-            await self._sink.store_many([w.record for w in batch])
+            made = await self._sink.store_many([w.record for w in batch])
         except Exception as exc:
             if len(batch) == 1:
                 _settle(batch[0], exc)
@@ -55,20 +63,23 @@ class GroupCommit:
             # One bad row must not fail its neighbours: store them one by one to find it.
             for waiting in batch:
                 try:
-                    await self._sink.store_many([waiting.record])
+                    alone = await self._sink.store_many([waiting.record])
                 except Exception as single:
                     _settle(waiting, single)
                 else:
-                    _settle(waiting, None)
+                    _settle(waiting, alone.get(waiting.record.url))
         else:
+            # Of two writers of one url in a batch, the last one's row (and version) was stored.
+            last = {w.record.url: w.record for w in batch}
             for waiting in batch:
-                _settle(waiting, None)
+                url = waiting.record.url
+                _settle(waiting, made.get(url) if last[url] is waiting.record else None)
 
 
-def _settle(waiting: _Waiting, exc: BaseException | None) -> None:
+def _settle(waiting: _Waiting, result: Version | BaseException | None) -> None:
     if waiting.done.done():
         return
-    if exc is None:
-        waiting.done.set_result(None)
+    if isinstance(result, BaseException):
+        waiting.done.set_exception(result)
     else:
-        waiting.done.set_exception(exc)
+        waiting.done.set_result(result)

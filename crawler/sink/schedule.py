@@ -18,7 +18,8 @@ from sqlalchemy.exc import DBAPIError
 
 from crawler.errors import SinkError
 from crawler.sink.crawls import Crawl
-from crawler.sink.sql import Page, create_sink_engine, engine_url
+from crawler.sink.sql import create_sink_engine, engine_url
+from crawler.sink.tables import Page
 
 T = TypeVar("T")
 

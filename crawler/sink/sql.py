@@ -14,39 +14,26 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import (
-    JSON,
-    BigInteger,
-    Boolean,
-    DateTime,
-    Float,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Text,
-    create_engine,
-    event,
-    false,
-    func,
-    select,
-    text,
-)
+from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 import crawler
 from crawler.errors import ConfigError, ServiceUnavailable, SinkError
+from crawler.sink import versions
+from crawler.sink.tables import (
+    CONTENT_TYPE_LENGTH,
+    ETAG_LENGTH,
+    EXIT_ID_LENGTH,
+    LAST_MODIFIED_LENGTH,
+    Page,
+)
+from crawler.sink.versions import Version
 
 # Alembic keeps its running context in module globals, so one process migrates one at a time;
 # other processes are kept apart by the database lock taken in migrations/env.py.
 _MIGRATING = threading.Lock()
-CONTENT_TYPE_LENGTH = 255
-EXIT_ID_LENGTH = 64
-ETAG_LENGTH = 512
-LAST_MODIFIED_LENGTH = 64
 # How long a SQLite connection waits for another process's lock before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -87,68 +74,12 @@ class PageRecord:
     # Columns whose stored value stays: a refresh that found the page unchanged, or gone, leaves
     # its content (and, unchanged, its status) as they were.
     keep: frozenset[str] = frozenset()
+    history: bool = False  # its domain keeps versions (crawler/sink/versions.py)
 
     def __post_init__(self) -> None:
         # SQLite drops the offset when storing, so a naive or non-UTC time would be stored wrong.
         if self.fetched_at.tzinfo is None:
             raise ValueError("PageRecord.fetched_at must be timezone-aware")
-
-
-class Base(DeclarativeBase):
-    """Declarative base; the naming convention keeps constraint names equal to the migration's."""
-
-    metadata = MetaData(
-        naming_convention={
-            "ix": "ix_%(column_0_label)s",
-            "uq": "uq_%(table_name)s_%(column_0_name)s",
-            "pk": "pk_%(table_name)s",
-        }
-    )
-
-
-class Page(Base):
-    """One crawled URL (the `pages` table)."""
-
-    __tablename__ = "pages"
-
-    id: Mapped[int] = mapped_column(
-        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
-    )
-    url: Mapped[str] = mapped_column(Text, unique=True, nullable=False)
-    final_url: Mapped[str | None] = mapped_column(Text)
-    domain: Mapped[str] = mapped_column(String(253), index=True)
-    status_code: Mapped[int | None] = mapped_column(Integer)
-    content_type: Mapped[str | None] = mapped_column(String(CONTENT_TYPE_LENGTH))
-    error: Mapped[str | None] = mapped_column(Text)
-    depth: Mapped[int] = mapped_column(Integer)
-    title: Mapped[str | None] = mapped_column(Text)
-    data: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    fetched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    attempts: Mapped[int] = mapped_column(Integer)
-    credits: Mapped[float] = mapped_column(Float, server_default="0")
-    exit_id: Mapped[str | None] = mapped_column(String(EXIT_ID_LENGTH))
-    # The crawl that stored this row: one row per URL, the latest crawl's (docs/api.md).
-    crawl_id: Mapped[str | None] = mapped_column(String(64), index=True)
-    rendered: Mapped[bool] = mapped_column(Boolean, server_default=false())
-    etag: Mapped[str | None] = mapped_column(String(ETAG_LENGTH))
-    last_modified: Mapped[str | None] = mapped_column(String(LAST_MODIFIED_LENGTH))
-    signature: Mapped[str | None] = mapped_column(String(64))
-    changed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    found: Mapped[str | None] = mapped_column(String(16))
-    fetch_interval: Mapped[float | None] = mapped_column(Float)
-    next_fetch_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    gone: Mapped[int] = mapped_column(Integer, server_default="0")
-
-    __table_args__ = (
-        # Only scheduled rows: a domain's due query reads the index alone, in order (migration 0005).
-        Index(
-            "ix_pages_domain_next_fetch_at",
-            "domain",
-            "next_fetch_at",
-            postgresql_where=text("next_fetch_at IS NOT NULL"),
-            sqlite_where=text("next_fetch_at IS NOT NULL"),
-        ),
-    )
 
 
 def engine_url(database_url: str) -> URL:
@@ -262,7 +193,12 @@ def _record_row(record: PageRecord) -> dict[str, Any]:
         "fetch_interval": record.fetch_interval,
         "next_fetch_at": record.next_fetch_at and record.next_fetch_at.astimezone(UTC),
         "gone": record.gone,
+        "version": None,
     }
+
+
+# A row that makes no new version keeps its page's latest version number.
+_NO_VERSION = frozenset({"version"})
 
 
 class Sink:
@@ -286,34 +222,54 @@ class Sink:
             )
         return upsert
 
-    async def store(self, record: PageRecord) -> None:
-        """Insert or update one page."""
-        await self.store_many([record])
+    async def store(self, record: PageRecord) -> Version | None:
+        """Insert or update one page; the version it made, if any."""
+        return (await self.store_many([record])).get(record.url)
 
-    async def store_many(self, records: Sequence[PageRecord]) -> None:
-        """Insert or update pages in one transaction; of records sharing a url, the last wins."""
-        if records:
-            await asyncio.to_thread(self._store_many, records)
+    async def store_many(self, records: Sequence[PageRecord]) -> dict[str, Version]:
+        """Insert or update pages in one transaction; of records sharing a url, the last wins.
+        Per url, the version it made (of records whose domain keeps history)."""
+        if not records:
+            return {}
+        return await asyncio.to_thread(self._store_many, records)
 
-    def _store_many(self, records: Sequence[PageRecord]) -> None:
+    def _store_many(self, records: Sequence[PageRecord]) -> dict[str, Version]:
         # PostgreSQL refuses to update one row twice in a statement, so dedupe; sorting gives
         # concurrent writers the same lock order, which prevents deadlocks between them.
         latest = {r.url: r for r in records}
-        groups: dict[frozenset[str], list[dict[str, Any]]] = {}
-        for url in sorted(latest):
-            groups.setdefault(latest[url].keep, []).append(_record_row(latest[url]))
-        rows = [row for group in groups.values() for row in group]
+        ordered = [(latest[url], _record_row(latest[url])) for url in sorted(latest)]
         try:
             with self._engine.begin() as conn:
+                kept = [(row, r.keep) for r, row in ordered if r.history]
+                planned = versions.plan(kept, versions.latest(conn, [row["url"] for row, _ in kept]))
+                groups: dict[frozenset[str], list[dict[str, Any]]] = {}
+                for record, row in ordered:
+                    made = planned.get(record.url)
+                    if made is not None:
+                        row["version"] = made.number
+                    keep = record.keep if made is not None else record.keep | _NO_VERSION
+                    groups.setdefault(keep, []).append(row)
                 for keep, group in groups.items():
                     conn.execute(self._upsert(keep), group)
+                return versions.write(conn, planned)
         except DBAPIError as exc:
             # Pooled sessions keep what the database was when they opened (PostgreSQL's
             # default_transaction_read_only, say): after a failure, the next write opens fresh ones.
             self._engine.dispose()
             raise SinkError(
-                f"storing {len(rows)} page(s) in {self._redacted} failed: {_first_line(exc)}"
+                f"storing {len(ordered)} page(s) in {self._redacted} failed: {_first_line(exc)}"
             ) from exc
+
+    async def latest_version(self, url: str) -> Version | None:
+        """The latest version of the page at `url`, to announce it again; None if it has none."""
+        return await asyncio.to_thread(self._latest_version, url)
+
+    def _latest_version(self, url: str) -> Version | None:
+        try:
+            with self._engine.connect() as conn:
+                return versions.announced(conn, url)
+        except DBAPIError as exc:
+            raise SinkError(f"reading versions in {self._redacted} failed: {_first_line(exc)}") from exc
 
     def counts(self) -> dict[str, tuple[int, int]]:
         """Per domain, the number of (successful, failed) pages."""

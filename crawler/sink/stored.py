@@ -15,7 +15,8 @@ from sqlalchemy import ColumnElement, Executable, func, inspect, select
 from sqlalchemy.exc import DBAPIError
 
 from crawler.errors import SinkError
-from crawler.sink.sql import Page, create_sink_engine, engine_url
+from crawler.sink.sql import create_sink_engine, engine_url
+from crawler.sink.tables import Page
 
 
 @dataclass(frozen=True, slots=True)

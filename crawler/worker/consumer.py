@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
 
+from crawler.changes.feed import ChangeFeed
 from crawler.config import CrawlConfig
 from crawler.dedup.store import SeenStore
 from crawler.errors import BackendHalt
@@ -28,6 +29,7 @@ from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import CLOSE_WAIT, Names
 from crawler.sink.groupcommit import GroupCommit
 from crawler.worker.admission import Admission
+from crawler.worker.announce import Announcer
 from crawler.worker.cost import Cost
 from crawler.worker.drain import Drain
 from crawler.worker.ending import lost
@@ -138,6 +140,7 @@ class Consumer:
             frontier = await publisher.get_exchange(self.names.frontier, ensure=False)
             retry = await publisher.get_exchange(self.names.retry, ensure=False)
             dead = await publisher.get_exchange(self.names.dead, ensure=False)
+            changes = await publisher.get_exchange(self.names.changes, ensure=False)
             parts = self.parts
             router = Router(self.config, frontier, parts.seen, parts.quota, scope=self.live.scope)
             self._pipeline = Pipeline(
@@ -154,6 +157,7 @@ class Consumer:
                 crawls=parts.crawls,
                 recovery=parts.recovery,
                 admission=parts.admission,
+                announcer=Announcer(ChangeFeed(changes), parts.writes, self.tuning.short_retry_wait),
             )
             reload = self.watcher.wake.set if self.watcher else lambda: None
             with drain_on_signals(self.stop, reload, self.grace):

@@ -29,6 +29,7 @@ from crawler.monitor.metrics import Metrics, OutcomeKind
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.sql import PageRecord
 from crawler.worker.admission import Admission
+from crawler.worker.announce import Announcer
 from crawler.worker.concurrency import short_retries
 from crawler.worker.cost import Cost
 from crawler.worker.ending import Endings, lost
@@ -62,8 +63,10 @@ class Pipeline:
         crawls: CrawlState | None = None,
         recovery: Recovery | None = None,
         admission: Admission | None = None,
+        announcer: Announcer | None = None,
     ) -> None:
         self._live = live
+        self._announcer = announcer  # None: no change feed (tests)
         self._visitor = visitor
         self._cost = cost
         self._router = router
@@ -121,7 +124,14 @@ class Pipeline:
                 message, domain, "skipped", reason=reason, crawl=crawl.crawl, counts=counts
             )
         checked = verdict.checked
-        record = PageRecord(url=url, domain=domain, depth=crawl.depth, attempts=attempts, crawl=crawl.crawl)
+        record = PageRecord(
+            url=url,
+            domain=domain,
+            depth=crawl.depth,
+            attempts=attempts,
+            crawl=crawl.crawl,
+            history=rules.history is not None,
+        )
         # Granted at once, the token came in the same atomic step as the cancel check.
         cleared = checked is not None and checked.cleared_now
         try:
@@ -157,8 +167,10 @@ class Pipeline:
             self._log("retry", outcome, crawl, attempts, delay=round(delay.seconds, 1))
             return await self._ends.retried(message, domain, crawl, attempts, delay, failure)
         settled = settle(outcome, crawl.refresh, rules.recrawl_for(url))
-        await short_retries(SinkError, lambda: self._writes.store(settled.record), self._wait)
+        made = await short_retries(SinkError, lambda: self._writes.store(settled.record), self._wait)
         committed = Done("commit", time.monotonic())
+        if self._announcer is not None and not await self._announcer.announce(message, settled.record, made):
+            return
         routed = await self._route_all(domain, url, crawl, options, outcome, settled)
         if failure is not None and failure.transient:
             await self._parking.dead(message, domain, attempts, failure)

@@ -20,15 +20,8 @@ from sqlalchemy import inspect, select, text
 
 import crawler
 from crawler.errors import ServiceUnavailable, SinkError
-from crawler.sink.sql import (
-    Base,
-    Page,
-    PageRecord,
-    Sink,
-    create_sink_engine,
-    engine_url,
-    migrate,
-)
+from crawler.sink.sql import PageRecord, Sink, create_sink_engine, engine_url, migrate
+from crawler.sink.tables import Base, Page
 
 
 @pytest.fixture
@@ -70,7 +63,7 @@ def test_migrate_creates_the_table_and_is_idempotent(database_url: str) -> None:
             assert [i["name"] for i in inspector.get_indexes("pages") if i["column_names"] == ["domain"]] == [
                 "ix_pages_domain"
             ]
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0005"]
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0006"]
             # The migration and the model describe the same schema.
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     finally:

@@ -1,0 +1,1 @@
+"""The change feed: each new version of a page, published to RabbitMQ for subscribers."""

@@ -1,0 +1,107 @@
+"""The tables: `pages` (the latest state of each crawled URL) and `page_versions` (its history)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+CONTENT_TYPE_LENGTH = 255
+EXIT_ID_LENGTH = 64
+ETAG_LENGTH = 512
+LAST_MODIFIED_LENGTH = 64
+ID = BigInteger().with_variant(Integer, "sqlite")
+
+
+class Base(DeclarativeBase):
+    """Declarative base; the naming convention keeps constraint names equal to the migration's."""
+
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(column_0_label)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s",
+            "pk": "pk_%(table_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        }
+    )
+
+
+class Page(Base):
+    """One crawled URL (the `pages` table)."""
+
+    __tablename__ = "pages"
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    url: Mapped[str] = mapped_column(Text, unique=True, nullable=False)
+    final_url: Mapped[str | None] = mapped_column(Text)
+    domain: Mapped[str] = mapped_column(String(253), index=True)
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    content_type: Mapped[str | None] = mapped_column(String(CONTENT_TYPE_LENGTH))
+    error: Mapped[str | None] = mapped_column(Text)
+    depth: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str | None] = mapped_column(Text)
+    data: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    fetched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    attempts: Mapped[int] = mapped_column(Integer)
+    credits: Mapped[float] = mapped_column(Float, server_default="0")
+    exit_id: Mapped[str | None] = mapped_column(String(EXIT_ID_LENGTH))
+    # The crawl that stored this row: one row per URL, the latest crawl's (docs/api.md).
+    crawl_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    rendered: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    etag: Mapped[str | None] = mapped_column(String(ETAG_LENGTH))
+    last_modified: Mapped[str | None] = mapped_column(String(LAST_MODIFIED_LENGTH))
+    signature: Mapped[str | None] = mapped_column(String(64))
+    changed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    found: Mapped[str | None] = mapped_column(String(16))
+    fetch_interval: Mapped[float | None] = mapped_column(Float)
+    next_fetch_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    gone: Mapped[int] = mapped_column(Integer, server_default="0")
+    version: Mapped[int | None] = mapped_column(Integer)  # its newest row in page_versions (None: none)
+
+    __table_args__ = (
+        # Only scheduled rows: a domain's due query reads the index alone, in order (migration 0005).
+        Index(
+            "ix_pages_domain_next_fetch_at",
+            "domain",
+            "next_fetch_at",
+            postgresql_where=text("next_fetch_at IS NOT NULL"),
+            sqlite_where=text("next_fetch_at IS NOT NULL"),
+        ),
+    )
+
+
+class PageVersion(Base):
+    """One stored answer of a page that differed from the one before (the `page_versions` table):
+    the first, a change of what a reader sees, the page gone (404, 410) or back."""
+
+    __tablename__ = "page_versions"
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    page_id: Mapped[int] = mapped_column(ID, ForeignKey("pages.id", ondelete="CASCADE"), nullable=False)
+    version: Mapped[int] = mapped_column(Integer, nullable=False)  # 1, 2, ... per page
+    kind: Mapped[str] = mapped_column(String(8), nullable=False)  # new, changed, gone, back
+    fetched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    signature: Mapped[str | None] = mapped_column(String(64))
+    title: Mapped[str | None] = mapped_column(Text)
+    data: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    crawl_id: Mapped[str | None] = mapped_column(String(64))
+
+    __table_args__ = (UniqueConstraint("page_id", "version", name="uq_page_versions_page_id_version"),)

@@ -1,0 +1,180 @@
+"""Page versions: which stored answers are new versions of their page, written in the row's transaction.
+
+A version is written when a page is first stored with an answer (`new`), when what a reader sees
+changed (`changed`: its signature differs from its latest version's), when it answers 404 or 410
+(`gone`) and when it answers again after that (`back`); never for an unchanged fetch, a 304, or a
+failure (a 5xx, a timeout), and never for a first answer that is already gone (a broken link). Each
+is decided against the page's latest version in the same transaction that stores its row, so a
+redelivered message finds its version written and writes none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import insert, select
+from sqlalchemy.engine import Connection
+
+from crawler.sink.tables import Page, PageVersion
+
+Kind = Literal["new", "changed", "gone", "back"]
+GONE = frozenset({404, 410})
+
+
+@dataclass(frozen=True, slots=True)
+class Latest:
+    """A stored page and its latest version (`version` None: it has none yet)."""
+
+    page_id: int
+    version: int | None
+    status_code: int | None
+    signature: str | None
+    title: str | None
+    data: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """A page's version as the change feed tells it; `changes` (field: old, new) for `changed`."""
+
+    page_id: int
+    url: str
+    domain: str
+    crawl: str | None
+    version: int
+    fetched_at: datetime
+    kind: Kind
+    changes: Mapping[str, tuple[Any, Any]] | None = None
+
+    @property
+    def message_id(self) -> str:
+        """Stable per (page, version): a subscriber drops a copy it has seen."""
+        return f"{self.page_id}:{self.version}"
+
+
+def kind_of(latest: Latest | None, row: Mapping[str, Any], keep: frozenset[str]) -> Kind | None:
+    """What the stored row `row` is to its page's latest version; None if it is no new version."""
+    if "status_code" in keep or row["status_code"] is None:
+        return None  # unchanged (its status kept), or no answer at all
+    gone = row["status_code"] in GONE
+    if latest is None or latest.version is None:
+        return "new" if not gone and row["error"] is None else None
+    was_gone = latest.status_code in GONE
+    if gone:
+        return None if was_gone else "gone"
+    if row["error"] is not None:
+        return None
+    if was_gone:
+        return "back"
+    return "changed" if row["signature"] != latest.signature else None
+
+
+def changes(latest: Latest, row: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The fields whose value changed, the title among them: name -> (old, new)."""
+    out: dict[str, tuple[Any, Any]] = {}
+    if latest.title != row["title"]:
+        out["title"] = (latest.title, row["title"])
+    old, new = latest.data or {}, row["data"] or {}
+    for name in sorted(old.keys() | new.keys()):
+        if old.get(name) != new.get(name):
+            out[name] = (old.get(name), new.get(name))
+    return out
+
+
+def latest(conn: Connection, urls: Sequence[str]) -> dict[str, Latest]:
+    """The stored pages among `urls`, each with its latest version."""
+    if not urls:
+        return {}
+    v = PageVersion
+    stmt = (
+        select(Page.url, Page.id, Page.version, v.status_code, v.signature, v.title, v.data)
+        .outerjoin(v, (v.page_id == Page.id) & (v.version == Page.version))
+        .where(Page.url.in_(urls))
+    )
+    return {row[0]: Latest(*row[1:]) for row in conn.execute(stmt)}
+
+
+@dataclass(slots=True)
+class Planned:
+    """A version to write once its page's row is stored."""
+
+    row: dict[str, Any]
+    number: int
+    kind: Kind
+    latest: Latest | None
+
+
+def plan(
+    rows: Sequence[tuple[dict[str, Any], frozenset[str]]], known: Mapping[str, Latest]
+) -> dict[str, Planned]:
+    """Per url, the version each of `rows` (a row and the columns it keeps) makes, if any."""
+    planned: dict[str, Planned] = {}
+    for row, keep in rows:
+        before = known.get(row["url"])
+        kind = kind_of(before, row, keep)
+        if kind is not None:
+            number = (before.version or 0) + 1 if before is not None else 1
+            planned[row["url"]] = Planned(row, number, kind, before)
+    return planned
+
+
+def write(conn: Connection, planned: Mapping[str, Planned]) -> dict[str, Version]:
+    """Insert the planned versions (their pages' rows are stored); per url, the version written."""
+    if not planned:
+        return {}
+    ids = {url: p.latest.page_id for url, p in planned.items() if p.latest is not None}
+    missing = [url for url in planned if url not in ids]
+    if missing:
+        ids.update(
+            (url, id_) for url, id_ in conn.execute(select(Page.url, Page.id).where(Page.url.in_(missing)))
+        )
+    rows, written = [], {}
+    for url, p in planned.items():
+        content = p.kind != "gone"  # a gone page's last content stays in the version before
+        rows.append(
+            {
+                "page_id": ids[url],
+                "version": p.number,
+                "kind": p.kind,
+                "fetched_at": p.row["fetched_at"],
+                "status_code": p.row["status_code"],
+                "signature": p.row["signature"] if content else None,
+                "title": p.row["title"] if content else None,
+                "data": p.row["data"] if content else None,
+                "crawl_id": p.row["crawl_id"],
+            }
+        )
+        diff = changes(p.latest, p.row) if p.kind == "changed" and p.latest is not None else None
+        written[url] = Version(
+            ids[url], url, p.row["domain"], p.row["crawl_id"], p.number, p.row["fetched_at"], p.kind, diff
+        )
+    conn.execute(insert(PageVersion), rows)
+    return written
+
+
+def announced(conn: Connection, url: str) -> Version | None:
+    """The latest version of the page at `url`, as written (to announce it again), or None."""
+    v = PageVersion
+    stmt = (
+        select(Page.id, Page.domain, v.version, v.kind, v.fetched_at, v.crawl_id, v.title, v.data)
+        .join(v, (v.page_id == Page.id) & (v.version == Page.version))
+        .where(Page.url == url)
+    )
+    found = conn.execute(stmt).first()
+    if found is None:
+        return None
+    page_id, domain, number, kind, fetched_at, crawl, title, data = found
+    diff = None
+    if kind == "changed":
+        before = conn.execute(
+            select(v.title, v.data, v.status_code, v.signature).where(
+                v.page_id == page_id, v.version == number - 1
+            )
+        ).first()
+        if before is not None:
+            prior = Latest(page_id, number - 1, before[2], before[3], before[0], before[1])
+            diff = changes(prior, {"title": title, "data": data})
+    return Version(page_id, url, domain, crawl, number, fetched_at, kind, diff)
