@@ -95,14 +95,20 @@ def _consume(
             result.notes.append(f"{c.name} exited with {c.proc.returncode}, see {out}")
 
 
-def run(pages: int, share: float, work: Path, profile: bool = False) -> tuple[Pass, Pass, int]:
-    """Both passes; and how many pages changed between them."""
+def run(
+    pages: int, share: float, work: Path, profile: bool = False, history: bool = True
+) -> tuple[Pass, Pass, int]:
+    """Both passes; and how many pages changed between them. `history`: versions and the change feed."""
     spec = SiteSpec(pages=pages, seed="recrawl")
     run_dir = work / datetime.now().strftime("run-%Y%m%d-%H%M%S")
     site = write(spec, run_dir / "site")  # a copy of its own: pass 2 edits it
     access = run_dir / "requests.log"
     config = crawler_config(spec)
-    config["defaults"] = {**config["defaults"], "recrawl": {"every": "1h"}}  # type: ignore[dict-item]
+    config["defaults"] = {
+        **config["defaults"],  # type: ignore[dict-item]
+        "recrawl": {"every": "1h"},
+        "history": {} if history else None,
+    }
     (run_dir / "domains.yaml").write_text(yaml.safe_dump(config))
     first, second = Pass(Result("first pass", 2, spec.total)), Pass(Result("second pass", 2, spec.total))
     with ExitStack() as stack:
@@ -160,6 +166,26 @@ def table(first: Pass, second: Pass, changed: int) -> str:
     return "\n".join(lines)
 
 
+def history_pairs(pairs: int, pages: int, share: float, work: Path) -> str:
+    """The second pass's CPU per page with history on and off, alternating, and their means."""
+    seconds: dict[bool, list[float]] = {True: [], False: []}
+    lines = ["pair  history  second pass: pages/s  tool ms/p  answers"]
+    for pair in range(1, pairs + 1):
+        for history in (True, False):
+            _, second, _ = run(pages, share, work, history=history)
+            seconds[history].append(second.cpu_ms)
+            answers = ", ".join(f"{n} x {s}" for s, n in sorted((second.answers or {}).items()))
+            lines.append(
+                f"{pair:<4}  {'on' if history else 'off':<7}  {second.result.pages_per_s:20.1f}  "
+                f"{second.cpu_ms:9.2f}  {answers}"
+            )
+    on, off = (sum(seconds[h]) / len(seconds[h]) for h in (True, False))
+    lines.append(
+        f"mean  on {on:.2f} ms/p, off {off:.2f} ms/p: history costs {on / off - 1:+.1%} (aim within 5%)"
+    )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run both passes and print the table."""
     parser = argparse.ArgumentParser(prog="python -m bench.recrawl", description=__doc__.splitlines()[0])
@@ -167,9 +193,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--changed", type=float, default=0.1, help="share of pages changed (default 0.1)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/crawler-recrawl"), help="site and logs")
     parser.add_argument("--profile", action="store_true", help="py-spy one consumer of the second pass")
+    parser.add_argument(
+        "--history-pairs",
+        type=int,
+        metavar="N",
+        help="instead: N pairs of runs, history (versions, the change feed) on then off, alternating",
+    )
     args = parser.parse_args(argv)
     if not 0 < args.changed <= 1:
         sys.exit("bench.recrawl: --changed is a share of the pages, in (0, 1]")
+    if args.history_pairs:
+        print(history_pairs(args.history_pairs, args.pages, args.changed, args.work))
+        return
     first, second, changed = run(args.pages, args.changed, args.work, args.profile)
     print(table(first, second, changed))
     for path in second.result.profiles:

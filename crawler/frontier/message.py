@@ -28,18 +28,19 @@ MAX_VALIDATOR = 512  # an ETag, Last-Modified or signature a refresh may carry (
 @dataclass(frozen=True, slots=True)
 class Refresh:
     """What a refresh of a stored page carries from its row: the validators to send, the signature
-    to compare, its interval so far and its gone answers in a row."""
+    to compare, its interval so far, its gone answers in a row and its newest version."""
 
     etag: str | None = None
     last_modified: str | None = None
     signature: str | None = None
     interval: float | None = None
     gone: int = 0
+    version: int | None = None
 
     def encode(self) -> dict[str, Any]:
         """The refresh as the message's "refresh" object (absent values left out)."""
         out: dict[str, Any] = {"gone": self.gone}
-        for key in ("etag", "last_modified", "signature", "interval"):
+        for key in ("etag", "last_modified", "signature", "interval", "version"):
             if (value := getattr(self, key)) is not None:
                 out[key] = value
         return out
@@ -60,9 +61,12 @@ class Refresh:
             raise InvalidMessage("'refresh.interval' is not a positive number of seconds")
         if isinstance(gone, bool) or not isinstance(gone, int) or not 0 <= gone <= 1_000:
             raise InvalidMessage("'refresh.gone' is not an integer from 0 to 1000")
+        version = data.get("version")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 1):
+            raise InvalidMessage("'refresh.version' is not a positive integer")
         return cls(
             texts["etag"], texts["last_modified"], texts["signature"],
-            float(interval) if interval is not None else None, gone,
+            float(interval) if interval is not None else None, gone, version,
         )  # fmt: skip
 
 

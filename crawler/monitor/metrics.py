@@ -213,6 +213,12 @@ class Metrics:
             ["domain", "found"],
             registry=r,
         )
+        self.versions = Counter(
+            "crawler_versions",
+            "New versions of pages stored and published to the change feed, by kind",
+            ["domain", "kind"],
+            registry=r,
+        )
         self.inflight = Gauge(
             "crawler_inflight_messages",
             "Messages being processed now (delivered, not acked)",
@@ -335,6 +341,10 @@ class Metrics:
     def observe_rate_wait(self, domain: str, seconds: float) -> None:
         """Time a fetch to `domain` waited for a rate-limit token (called by the rate limiter)."""
         self.rate_wait.labels(domain).observe(seconds)
+
+    def observe_version(self, domain: str, kind: str) -> None:
+        """A new version of a page, stored: new, changed, gone or back."""
+        self.versions.labels(domain, kind).inc()
 
     def observe_refresh(self, domain: str, found: str) -> None:
         """A refresh's final answer: changed, not_modified, same_signature, gone or failed."""

@@ -182,5 +182,7 @@ class Scheduler:
 
 
 def _message(due: Due) -> CrawlMessage:
-    refresh = Refresh(due.etag, due.last_modified, due.signature, due.interval, due.gone)
+    # A page gone last time is asked whole: a 304 would not say it is back.
+    etag, last_modified = (due.etag, due.last_modified) if due.gone == 0 else (None, None)
+    refresh = Refresh(etag, last_modified, due.signature, due.interval, due.gone, due.version)
     return CrawlMessage(due.url, due.depth, crawl=due.crawl, refresh=refresh)

@@ -40,9 +40,9 @@ class GroupCommit:
             self._flusher = asyncio.create_task(self._flush())
         return await asyncio.shield(waiting.done)
 
-    async def latest_version(self, url: str) -> Version | None:
-        """The latest version of the page at `url` (to announce it again), None if it has none."""
-        return await self._sink.latest_version(url)
+    async def versions_after(self, url: str, number: int) -> list[Version]:
+        """The versions of the page at `url` newer than `number`, oldest first (to announce again)."""
+        return await self._sink.versions_after(url, number)
 
     async def _flush(self) -> None:
         try:

@@ -37,6 +37,7 @@ class Due:
     signature: str | None
     interval: float | None
     gone: int
+    version: int | None  # its newest version when claimed (None: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +78,11 @@ class Schedule:
                 Page.signature,
                 Page.fetch_interval,
                 Page.gone,
+                Page.version,
             )
         )
         rows = self._run("claiming due pages", lambda conn: conn.execute(stmt).all(), write=True)
-        return [Due(*row) for row in rows]
+        return [Due(*tuple(row)) for row in rows]
 
     def backlog(self, domains: Collection[str], now: datetime) -> dict[str, Backlog]:
         """Per domain with pages due at `now`: how many, and the oldest one's due time."""

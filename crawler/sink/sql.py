@@ -240,7 +240,8 @@ class Sink:
         ordered = [(latest[url], _record_row(latest[url])) for url in sorted(latest)]
         try:
             with self._engine.begin() as conn:
-                kept = [(row, r.keep) for r, row in ordered if r.history]
+                # Unchanged refreshes (most of them) need no look at their versions.
+                kept = [(row, r.keep) for r, row in ordered if r.history and versions.may_make(row, r.keep)]
                 planned = versions.plan(kept, versions.latest(conn, [row["url"] for row, _ in kept]))
                 groups: dict[frozenset[str], list[dict[str, Any]]] = {}
                 for record, row in ordered:
@@ -260,14 +261,14 @@ class Sink:
                 f"storing {len(ordered)} page(s) in {self._redacted} failed: {_first_line(exc)}"
             ) from exc
 
-    async def latest_version(self, url: str) -> Version | None:
-        """The latest version of the page at `url`, to announce it again; None if it has none."""
-        return await asyncio.to_thread(self._latest_version, url)
+    async def versions_after(self, url: str, number: int) -> list[Version]:
+        """The versions of the page at `url` newer than `number`, oldest first (to announce again)."""
+        return await asyncio.to_thread(self._versions_after, url, number)
 
-    def _latest_version(self, url: str) -> Version | None:
+    def _versions_after(self, url: str, number: int) -> list[Version]:
         try:
             with self._engine.connect() as conn:
-                return versions.announced(conn, url)
+                return versions.after(conn, url, number)
         except DBAPIError as exc:
             raise SinkError(f"reading versions in {self._redacted} failed: {_first_line(exc)}") from exc
 

@@ -55,10 +55,15 @@ class Version:
         return f"{self.page_id}:{self.version}"
 
 
+def may_make(row: Mapping[str, Any], keep: frozenset[str]) -> bool:
+    """Whether `row` can make a version at all: not an unchanged fetch (its status kept), an answer."""
+    return "status_code" not in keep and row["status_code"] is not None
+
+
 def kind_of(latest: Latest | None, row: Mapping[str, Any], keep: frozenset[str]) -> Kind | None:
     """What the stored row `row` is to its page's latest version; None if it is no new version."""
-    if "status_code" in keep or row["status_code"] is None:
-        return None  # unchanged (its status kept), or no answer at all
+    if not may_make(row, keep):
+        return None
     gone = row["status_code"] in GONE
     if latest is None or latest.version is None:
         return "new" if not gone and row["error"] is None else None
@@ -155,26 +160,23 @@ def write(conn: Connection, planned: Mapping[str, Planned]) -> dict[str, Version
     return written
 
 
-def announced(conn: Connection, url: str) -> Version | None:
-    """The latest version of the page at `url`, as written (to announce it again), or None."""
+def after(conn: Connection, url: str, number: int) -> list[Version]:
+    """The versions of the page at `url` newer than `number`, oldest first, as written."""
     v = PageVersion
     stmt = (
-        select(Page.id, Page.domain, v.version, v.kind, v.fetched_at, v.crawl_id, v.title, v.data)
-        .join(v, (v.page_id == Page.id) & (v.version == Page.version))
-        .where(Page.url == url)
+        select(Page.id, Page.domain, v.version, v.kind, v.fetched_at, v.crawl_id, v.status_code)
+        .add_columns(v.signature, v.title, v.data)
+        .join(v, v.page_id == Page.id)
+        .where(Page.url == url, v.version >= max(number, 1))  # the one before, for the first's changes
+        .order_by(v.version)
     )
-    found = conn.execute(stmt).first()
-    if found is None:
-        return None
-    page_id, domain, number, kind, fetched_at, crawl, title, data = found
-    diff = None
-    if kind == "changed":
-        before = conn.execute(
-            select(v.title, v.data, v.status_code, v.signature).where(
-                v.page_id == page_id, v.version == number - 1
-            )
-        ).first()
-        if before is not None:
-            prior = Latest(page_id, number - 1, before[2], before[3], before[0], before[1])
-            diff = changes(prior, {"title": title, "data": data})
-    return Version(page_id, url, domain, crawl, number, fetched_at, kind, diff)
+    found = conn.execute(stmt).all()
+    out, before = [], None
+    for page_id, domain, n, kind, fetched_at, crawl, status, signature, title, data in found:
+        if n > number:
+            diff = None
+            if kind == "changed" and before is not None:
+                diff = changes(before, {"title": title, "data": data})
+            out.append(Version(page_id, url, domain, crawl, n, fetched_at, kind, diff))
+        before = Latest(page_id, n, status, signature, title, data)
+    return out

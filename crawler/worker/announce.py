@@ -1,13 +1,15 @@
-"""Telling the change feed of the version a delivery stored, after its commit and before its ack."""
+"""Telling the change feed of the versions a delivery stored, after its commit and before its ack."""
 
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from aio_pika.abc import AbstractIncomingMessage
 
 from crawler.changes.feed import ChangeFeed
 from crawler.errors import FeedError, SinkError
+from crawler.frontier.message import Refresh
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.sql import PageRecord
 from crawler.sink.versions import Version
@@ -17,7 +19,7 @@ log = logging.getLogger(__name__)
 
 
 class Announcer:
-    """Publishes a delivery's new version; on a redelivery, its page's latest version again."""
+    """Publishes a delivery's new version; on a redelivery, also those an earlier try left unannounced."""
 
     def __init__(self, feed: ChangeFeed, writes: GroupCommit, short_retry_wait: float) -> None:
         self._feed = feed
@@ -25,22 +27,21 @@ class Announcer:
         self._wait = short_retry_wait
 
     async def announce(
-        self, message: AbstractIncomingMessage, record: PageRecord, made: Version | None
+        self,
+        message: AbstractIncomingMessage,
+        record: PageRecord,
+        refresh: Refresh | None,
+        made: Version | None,
     ) -> bool:
-        """True once the version (if any) is confirmed; False if the delivery went back to the broker."""
-        version = made
-        if version is None and message.redelivered and record.history:
-            # A consumer that died between a version's commit and its confirm left it unannounced:
-            # its redelivery writes no version again, so it announces the latest (same message_id).
-            version = await short_retries(
-                SinkError, lambda: self._writes.latest_version(record.url), self._wait
-            )
-        if version is None:
-            return True
+        """True once its versions (if any) are confirmed; False if the delivery went back to the broker."""
+        todo = [made] if made is not None else []
+        if message.redelivered and record.history:
+            todo = await self._unannounced(record, refresh, made)
         try:
-            await short_retries(FeedError, lambda: self._feed.announce(version), self._wait)
+            for version in todo:
+                await short_retries(FeedError, partial(self._feed.announce, version), self._wait)
         except FeedError as exc:
-            # Returned, not parked: its redelivery (flagged redelivered) announces the version again.
+            # Returned, not parked: its redelivery (flagged redelivered) announces the versions again.
             log.warning("%s: %s; the page goes back to its queue", record.domain, exc)
             try:
                 await message.nack(requeue=True)
@@ -48,3 +49,17 @@ class Announcer:
                 log.debug("%s: nack failed too (%r)", record.domain, nack_failed)
             return False
         return True
+
+    async def _unannounced(
+        self, record: PageRecord, refresh: Refresh | None, made: Version | None
+    ) -> list[Version]:
+        """What a consumer that died between a version's commit and its confirm may have left: a
+        refresh knows its page's version when it was scheduled; a first fetch makes version 1."""
+        since = (refresh.version or 0) if refresh is not None else 0
+        if refresh is None and made is not None:
+            return [made]
+        after = self._writes.versions_after
+        found = await short_retries(SinkError, lambda: after(record.url, since), self._wait)
+        if refresh is None:
+            return [v for v in found if v.version == 1]
+        return found

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
@@ -22,8 +21,8 @@ from crawler.frontier.message import CrawlMessage
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.recovery import Recovery
 from crawler.frontier.retry import Delay, Failure, next_delay
-from crawler.frontier.router import PublishFailed, Routed, Router
-from crawler.frontier.urls import fingerprint, host_of
+from crawler.frontier.router import Router
+from crawler.frontier.urls import host_of
 from crawler.monitor import logs
 from crawler.monitor.metrics import Metrics, OutcomeKind
 from crawler.sink.groupcommit import GroupCommit
@@ -34,10 +33,11 @@ from crawler.worker.concurrency import short_retries
 from crawler.worker.cost import Cost
 from crawler.worker.ending import Endings, lost
 from crawler.worker.gate import Gate
+from crawler.worker.linking import NO_OPTIONS, Linking
 from crawler.worker.live import LiveConfig
-from crawler.worker.page import Outcome, Visitor, hop_id
+from crawler.worker.page import Outcome, Visitor
 from crawler.worker.parking import Parking, attempts_of
-from crawler.worker.refresh import Settled, settle
+from crawler.worker.refresh import settle
 from crawler.worker.settling import Done, Settling
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,7 @@ class Pipeline:
         self._crawls = crawls  # None: crawl ids are carried but not checked nor counted (tests)
         self._gate = Gate(quota, cost, router.seen, crawls, recovery, admission)
         self._ends = Endings(live, parking, settling, metrics, crawls)
+        self._linking = Linking(router, metrics, short_retry_wait)
 
     async def handle(self, domain: str, message: AbstractIncomingMessage) -> None:
         """Bring one delivery to its outcome and ack it (or leave it to the broker to deliver again)."""
@@ -169,9 +170,12 @@ class Pipeline:
         settled = settle(outcome, crawl.refresh, rules.recrawl_for(url))
         made = await short_retries(SinkError, lambda: self._writes.store(settled.record), self._wait)
         committed = Done("commit", time.monotonic())
-        if self._announcer is not None and not await self._announcer.announce(message, settled.record, made):
+        if made is not None:
+            self._metrics.observe_version(domain, made.kind)
+        announcer = self._announcer
+        if announcer and not await announcer.announce(message, settled.record, crawl.refresh, made):
             return
-        routed = await self._route_all(domain, url, crawl, options, outcome, settled)
+        routed = await self._linking.route(domain, url, crawl, options, outcome, settled.route)
         if failure is not None and failure.transient:
             await self._parking.dead(message, domain, attempts, failure)
         if crawl.refresh is not None:
@@ -216,68 +220,10 @@ class Pipeline:
             config.max_retry_after,
         )
 
-    async def _route_all(
-        self,
-        domain: str,
-        url: str,
-        crawl: CrawlMessage,
-        options: CrawlOptions,
-        outcome: Outcome,
-        settled: Settled,
-    ) -> list[Routed]:
-        """Route the page's links and its redirect, unless it is a refresh that found nothing new."""
-        routed: list[Routed] = []
-        if not settled.route:
-            return routed
-        if outcome.links:
-            routed.append(
-                await self._route(domain, outcome.links, crawl.depth + 1, url, crawl=crawl, options=options)
-            )
-        if outcome.redirect is not None:
-            # Routed like a link at the page's own depth: the target's domain queue, rate, robots.txt
-            # and dedup claim apply to it as to any request; a target already seen is not fetched.
-            hops = (*crawl.via, hop_id(url))
-            routed.append(
-                await self._route(domain, [outcome.redirect], crawl.depth, url, hops, crawl, options)
-            )
-        return routed
-
-    async def _route(
-        self,
-        domain: str,
-        urls: Sequence[str],
-        depth: int,
-        parent: str,
-        via: tuple[str, ...] = (),
-        crawl: CrawlMessage | None = None,
-        options: CrawlOptions | None = None,
-    ) -> Routed:
-        """Route a page's links (or its redirect); their claims are confirmed when the page is acked."""
-        claimant = fingerprint(parent)
-        # Links inherit the page's crawl: its own dedup store, and its options' limits.
-        crawl_id = crawl.crawl if crawl is not None else None
-        options = options or _NO_OPTIONS
-        routed = await short_retries(
-            PublishFailed,
-            lambda: self._router.route(
-                urls,
-                depth=depth,
-                claimant=claimant,
-                via=via,
-                crawl=crawl_id,
-                domains=options.domains,
-                max_depth=options.max_depth,
-                confirm=False,
-            ),
-            self._wait,
-        )
-        self._metrics.observe_links(domain, routed)
-        return routed
-
     async def _options(self, crawl: str | None) -> CrawlOptions:
         if crawl is None or self._crawls is None:
-            return _NO_OPTIONS
-        return await self._crawls.options(crawl) or _NO_OPTIONS
+            return NO_OPTIONS
+        return await self._crawls.options(crawl) or NO_OPTIONS
 
     def _log(self, kind: str, outcome: Outcome, crawl: CrawlMessage, attempts: int, **fields: Any) -> None:
         record, failure = outcome.record, outcome.failure
@@ -293,6 +239,3 @@ class Pipeline:
             error=failure.error if failure else None,
             **fields,
         )
-
-
-_NO_OPTIONS = CrawlOptions()

@@ -5,7 +5,8 @@ signature is the stored one) keeps its row's content and status: only the time, 
 the schedule move, and its links are not routed (they were, when it changed). A changed page is
 stored anew and its links routed: new URLs are crawled, known ones keep their own schedule (the
 crawl's dedup store knows them). A page now gone (404, 410), or failing for good, keeps its last
-content, takes the new status, and stays on its schedule until `drop_after` gone answers in a row.
+content, takes the new status, and stays on its schedule until `drop_after` gone answers in a row;
+one that answers again is changed (back), whatever its signature.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def settle(outcome: Outcome, refresh: Refresh | None, recrawl: Recrawl | None) -
         found, how, keep = "gone", "gone", CONTENT
     elif outcome.failure is not None:
         found, how, keep = "failed", "failed", CONTENT
-    elif seen.signature is not None and seen.signature == refresh.signature:
+    elif seen.signature is not None and seen.signature == refresh.signature and refresh.gone == 0:
         found, how, keep = "unchanged", "same_signature", UNCHANGED
     else:
         found, how, keep = "changed", "changed", frozenset()

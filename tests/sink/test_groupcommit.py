@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from crawler.errors import SinkError
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.sql import PageRecord, Sink, engine_url, migrate
+from crawler.sink.versions import Version
 
 
 class CountingSink(Sink):
@@ -19,9 +20,9 @@ class CountingSink(Sink):
         super().__init__(url)
         self.batches: list[int] = []
 
-    async def store_many(self, records: Sequence[PageRecord]) -> None:
+    async def store_many(self, records: Sequence[PageRecord]) -> dict[str, Version]:
         self.batches.append(len(records))
-        await super().store_many(records)
+        return await super().store_many(records)
 
 
 def count_rows(url: str) -> int:
