@@ -137,6 +137,28 @@ domains:
     assert parse_config("").defaults.recrawl is None  # off by default
 
 
+def test_history_is_on_by_default_inherits_and_turns_off() -> None:
+    config = parse_config(
+        """
+defaults:
+  history: {keep: 10}
+domains:
+  a.test: {}
+  b.test: {history: off}
+  c.test: {history: {max_age: 30d}}
+"""
+    )
+    a, b, c = (config.rules[d].history for d in ("a.test", "b.test", "c.test"))
+    assert a is not None and (a.keep, a.max_age) == (10, 365 * 86_400)
+    assert b is None
+    assert c is not None and (c.keep, c.max_age) == (100, 30 * 86_400)  # replaces the defaults' whole
+    default = parse_config("").defaults.history
+    assert default is not None and (default.keep, default.max_age) == (100, 365 * 86_400)
+    for bad, key in (("{keep: 0}", "keep"), ("{max_age: soon}", "max_age"), ("{kept: 3}", "kept")):
+        with pytest.raises(ConfigError, match=key):
+            parse_config(f"defaults:\n  history: {bad}\n")
+
+
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read the config"):
         load_config(tmp_path / "nope.yaml")

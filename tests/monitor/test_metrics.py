@@ -74,6 +74,7 @@ def exercised() -> Metrics:
     m.observe_rate_wait("a.test", 0.3)
     m.observe_ack_delay("commit", 0.002)
     m.observe_refresh("a.test", "not_modified")
+    m.observe_version("a.test", "changed")
     m.add_credits("scraping-api", 2)
     m.message_started("a.test")
     m.observe_queue("crawler.domain.a.test", "domain", "a.test", 7, 2)
