@@ -1,7 +1,8 @@
-"""One delivery, top to bottom: read it, visit its page, then retry it, or store, route and ack.
+"""One delivery, top to bottom: read it, visit its page, then retry it, or store, announce, route and ack.
 
-A message is acked only once its row is committed and its links (or its redirect) are confirmed, so
-a worker killed at any instant loses nothing: the broker delivers the message again. Its checks before
+A message is acked only once its row is committed, its new version (if any) confirmed on the change
+feed (announce.py) and its links (or its redirect) confirmed, so a worker killed at any instant loses
+nothing: the broker delivers the message again. Its checks before
 the fetch take one Redis round trip (gate.py, admission.py); its dedup confirms, counts and ack are
 written with those of the deliveries ending at the same time (settling.py). A refresh (a stored page
 due again) is asked conditionally; what it found decides its row and schedule (refresh.py).
