@@ -34,9 +34,9 @@ from crawler.dedup.store import SeenStore
 from crawler.frontier.recovery import REBUILD_BATCH, Recovery
 from crawler.names import Names
 from crawler.sink.crawls import CrawlRecord, CrawlStore
-from crawler.sink.sql import create_sink_engine, engine_url
+from crawler.sink.sql import create_sink_engine, engine_url, migrate
 from crawler.sink.stored import StoredPages
-from crawler.sink.tables import Page, migrate
+from crawler.sink.tables import Page
 
 PG_SERVER = os.environ.get("BENCH_PG_SERVER", "postgresql://postgres@localhost:5432")
 DATABASES = ("sqlite", "postgresql")
