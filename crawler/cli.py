@@ -1,5 +1,5 @@
-"""The command line: `crawler seed|crawl|crawls|domains|status|reset|dead|export|db upgrade`, and
-`crawler-consume`.
+"""The command line: `crawler seed|crawl|crawls|domains|status|reset|dead|export|history prune|db
+upgrade`, and `crawler-consume`.
 
 Exit codes: 0 done, 1 an unexpected error (a traceback, passwords hidden), 2 bad input or a
 service out of reach (one line on stderr saying which), 3 stopped at once by a second signal,
@@ -41,6 +41,7 @@ from crawler.service import Control, CrawlView, NewCrawl, check_crawl
 from crawler.service.inputs import DEAD_LIMIT, DEAD_REASONS, CrawlRequest
 from crawler.settings import Settings
 from crawler.sink.export import FORMATS, Query, export, parse_since
+from crawler.sink.prune import Pruner
 from crawler.sink.sql import migrate
 from crawler.worker import wiring
 from crawler.worker.alongside import background
@@ -381,7 +382,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, default="jsonl", help="jsonl (default), csv or parquet")
     p.add_argument("--domain", help="only this configured domain's pages")
     p.add_argument("--since", help="only pages fetched at or after this ISO 8601 time (UTC if no offset)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--history", action="store_true", help="every version of the pages, one row each")
+    which.add_argument(
+        "--changed-since", metavar="TIME", help="only pages with a version fetched after this time"
+    )
     p.add_argument("--out", type=Path, help="file to write (default: stdout; parquet needs a file)")
+    _common(p)
+
+    p = sub.add_parser("history", help="page versions: delete those each domain's `history` no longer keeps")
+    p.add_argument("action", choices=["prune"])
+    p.add_argument(
+        "--domain",
+        action="append",
+        dest="prune_domains",
+        metavar="DOMAIN",
+        help="only this domain (again for more; default: every configured domain)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
     _common(p)
 
     p = sub.add_parser("db", help="database schema")
@@ -410,6 +428,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if args.command == "export":
         return _export(args)
+    if args.command == "history":
+        return _prune(args)
 
     async def run() -> int:
         settings, config = _settings_and_config(args)
@@ -504,7 +524,9 @@ def _usage(args: argparse.Namespace, message: str) -> int:
 def _export(args: argparse.Namespace) -> int:
     # Reads the database alone: no domains.yaml and no broker are needed to take the data out.
     try:
-        query = Query(args.domain, parse_since(args.since) if args.since else None)
+        since = parse_since(args.since) if args.since else None
+        changed = parse_since(args.changed_since, "--changed-since") if args.changed_since else None
+        query = Query(args.domain, since, args.history, changed)
         count = export(Settings.from_env().database_url, args.format, args.out, query)
     except CrawlerError as exc:
         print(f"crawler: error: {redact(str(exc))}", file=sys.stderr)
@@ -512,7 +534,32 @@ def _export(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         return closed_pipe()
     if args.out is not None:
-        print(f"{count} pages written to {args.out}", file=sys.stderr)
+        print(f"{count} {'versions' if args.history else 'pages'} written to {args.out}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _prune(args: argparse.Namespace) -> int:
+    # The database and domains.yaml alone: a cron job needs no broker.
+    try:
+        settings, config = _settings_and_config(args)
+        domains = wiring.check_domains(config, args.prune_domains)
+        pruner = Pruner(settings.database_url)
+        try:
+            for domain in domains:
+                history = config.rules[domain].history
+                if history is None:
+                    print(f"{domain:<24} history off: its versions left alone")
+                    continue
+                deleted = pruner.prune(domain, history, args.dry_run)
+                done = "would be deleted (dry run)" if args.dry_run else "deleted"
+                print(f"{domain:<24} {deleted:>10} versions {done}")
+        finally:
+            pruner.close()
+    except CrawlerError as exc:
+        print(f"crawler: error: {redact(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return closed_pipe()
     return EXIT_OK
 
 

@@ -261,8 +261,8 @@ class Recrawl(_Strict):
 
 
 class History(_Strict):
-    """Which versions of a page are kept (crawler/sink/versions.py): the newest `keep`, and of the
-    others none older than `max_age`. `crawler history prune` applies it."""
+    """Which versions of a page are kept (crawler/sink/versions.py): the newest `keep` at most, and
+    none older than `max_age` but its newest. `crawler history prune` applies it."""
 
     keep: int = Field(100, ge=1, le=1_000_000)
     max_age: Duration = 365 * 86_400.0

@@ -1,4 +1,5 @@
-"""The HTTP API under /v1: crawls, domains, dead letters, health and metrics, over crawler.service."""
+"""The HTTP API under /v1: crawls, domains, stored pages and their versions, dead letters, health and
+metrics, over crawler.service."""
 
 from __future__ import annotations
 
@@ -30,13 +31,16 @@ from crawler.errors import (
     SinkError,
 )
 from crawler.frontier.message import CRAWL_ID
-from crawler.service import Control, CrawlView, DomainView, NewCrawl
+from crawler.service import Control, CrawlView, DomainView, NewCrawl, VersionsView
 from crawler.service.inputs import DEAD_LIMIT, CrawlRequest, DeadReason, RecrawlRequest
 from crawler.settings import Settings
+from crawler.sink.history import PageState, StoredVersion
 
 MAX_BODY_BYTES = 64 * 1024
 PROBLEM = "application/problem+json"
 CrawlId = Annotated[str, Path(pattern=CRAWL_ID.pattern, max_length=64, description="a crawl's id")]
+VERSIONS_LIMIT = (1, 1_000)  # versions of a page in one answer, at least and at most
+MAX_ID = 2**63 - 1  # the database's ids and numbers are 64-bit at most
 
 
 class Problem(BaseModel):
@@ -146,6 +150,64 @@ class DeadList(BaseModel):
     """Dead letters, oldest first."""
 
     dead: list[DeadLetterOut]
+
+
+class PageOut(BaseModel):
+    """A stored page's latest state; `version` is the number of its newest version (null: none)."""
+
+    id: int
+    url: str
+    final_url: str | None
+    domain: str
+    status_code: int | None
+    content_type: str | None
+    error: str | None
+    depth: int
+    title: str | None
+    data: dict[str, Any] | None
+    fetched_at: datetime
+    attempts: int
+    crawl: str | None
+    version: int | None
+    changed_at: datetime | None
+    next_fetch_at: datetime | None
+
+    @classmethod
+    def of(cls, state: PageState) -> PageOut:
+        """The response body of a stored page."""
+        return cls(**asdict(state))
+
+
+class VersionOut(BaseModel):
+    """One version of a page: `new`, `changed`, `gone` or `back`, and what the page was then."""
+
+    version: int
+    kind: Literal["new", "changed", "gone", "back"]
+    fetched_at: datetime
+    status_code: int | None
+    title: str | None
+    data: dict[str, Any] | None
+    crawl: str | None
+
+    @classmethod
+    def of(cls, version: StoredVersion) -> VersionOut:
+        """The response body of a version."""
+        return cls(**asdict(version))
+
+
+class VersionList(BaseModel):
+    """A page's versions, newest first; `next` is the path of the older ones (null: none are left)."""
+
+    page: int
+    versions: list[VersionOut]
+    next: str | None
+
+    @classmethod
+    def of(cls, view: VersionsView, limit: int) -> VersionList:
+        """The response body of a page of versions."""
+        older = f"/v1/pages/{view.page}/versions?before={view.before}&limit={limit}"
+        versions = [VersionOut.of(v) for v in view.versions]
+        return cls(page=view.page, versions=versions, next=None if view.before is None else older)
 
 
 class RecrawlOut(BaseModel):
@@ -296,6 +358,29 @@ async def recrawl(body: RecrawlRequest, request: Request) -> RecrawlOut:
     return RecrawlOut(published=done.published, due=done.due)
 
 
+PageUrl = Annotated[str, Query(min_length=1, max_length=8192, description="the page's URL")]
+PageId = Annotated[int, Path(ge=1, le=MAX_ID, description="a page's id")]
+
+
+@v1.get("/pages", dependencies=READ, response_model=PageOut, responses=_problem_responses(404))
+async def get_page(url: PageUrl, request: Request) -> PageOut:
+    """The stored page at `url` (canonicalised as the crawler stores it): its latest state."""
+    return PageOut.of(await _control(request).page(url))
+
+
+@v1.get(
+    "/pages/{page}/versions", dependencies=READ, response_model=VersionList, responses=_problem_responses(404)
+)
+async def list_versions(
+    page: PageId,
+    request: Request,
+    before: Annotated[int | None, Query(ge=1, le=MAX_ID, description="only versions numbered below")] = None,
+    limit: Annotated[int, Query(ge=VERSIONS_LIMIT[0], le=VERSIONS_LIMIT[1])] = 100,
+) -> VersionList:
+    """A page's versions, newest first, `limit` at a time; `next` gives the older ones."""
+    return VersionList.of(await _control(request).page_versions(page, before, limit), limit)
+
+
 DomainFilter = Annotated[str | None, Query(max_length=253, description="this domain and its subdomains")]
 ReasonFilter = Annotated[DeadReason | None, Query()]
 
@@ -378,7 +463,8 @@ def create_app(
     app = FastAPI(
         title="crawler API",
         version="1",
-        description="Drive crawls over HTTP: create, inspect, cancel; pause domains; the dead queue.",
+        description="Drive crawls over HTTP: create, inspect, cancel; pause domains; read stored pages and "
+        "their versions; the dead queue.",
         lifespan=lifespan,
         docs_url=None,  # the docs UI loads scripts from a CDN; the schema is at /openapi.json
         redoc_url=None,

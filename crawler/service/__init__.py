@@ -1,7 +1,16 @@
-"""The one service layer under both the command line and the HTTP API: crawls, domains, dead letters,
-health. Each verb is written once here; `crawler.cli` and `crawler.api` only translate to and from it.
+"""The one service layer under both the command line and the HTTP API: crawls, domains, stored pages,
+dead letters, health. Each verb is written once here; `crawler.cli` and `crawler.api` only translate to
+and from it.
 """
 
-from crawler.service.control import Control, CrawlView, DomainView, NewCrawl, RecrawlView, check_crawl
+from crawler.service.control import (
+    Control,
+    CrawlView,
+    DomainView,
+    NewCrawl,
+    RecrawlView,
+    VersionsView,
+    check_crawl,
+)
 
-__all__ = ["Control", "CrawlView", "DomainView", "NewCrawl", "RecrawlView", "check_crawl"]
+__all__ = ["Control", "CrawlView", "DomainView", "NewCrawl", "RecrawlView", "VersionsView", "check_crawl"]

@@ -1,4 +1,5 @@
-"""Control of a fleet: create, list, inspect, cancel, delete crawls; pause domains; dead letters; health."""
+"""Control of a fleet: create, list, inspect, cancel, delete crawls; pause domains; stored pages and their
+versions; dead letters; health."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from crawler.config import CrawlConfig, with_dedup_mode
 from crawler.errors import BadURL, ConfigError, NotFound
 from crawler.frontier import dead
 from crawler.frontier.crawls import CrawlOptions, CrawlState, pending
+from crawler.frontier.urls import canonicalise
 from crawler.monitor.heartbeat import workers
 from crawler.monitor.status import status
 from crawler.scheduler.running import scheduling
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlRecord, CrawlStore
 from crawler.sink.crawls import CrawlState as State
+from crawler.sink.history import PageHistory, PageState, StoredVersion
 from crawler.sink.sql import migrate
 from crawler.worker import wiring
 
@@ -59,6 +62,15 @@ class RecrawlView:
 
     published: dict[str, int]
     due: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class VersionsView:
+    """Versions of a page, newest first; `before` asks for the next ones (None: there are none)."""
+
+    page: int
+    versions: list[StoredVersion]
+    before: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,12 +124,18 @@ class Control:
     """The verbs over one fleet's services; open it with `Control.open`."""
 
     def __init__(
-        self, settings: Settings, config: CrawlConfig, f: wiring.Frontier, store: CrawlStore
+        self,
+        settings: Settings,
+        config: CrawlConfig,
+        f: wiring.Frontier,
+        store: CrawlStore,
+        history: PageHistory,
     ) -> None:
         self.settings = settings
         self.config = config
         self._f = f
         self._store = store
+        self._history = history
         self._state = CrawlState(f.redis, settings.names)
 
     @classmethod
@@ -130,8 +148,10 @@ class Control:
             f = await stack.enter_async_context(wiring.frontier(settings, role, config))
             store = CrawlStore(settings.database_url)
             stack.callback(store.close)
+            history = PageHistory(settings.database_url)
+            stack.callback(history.close)
             await wiring.declare_topology(f, settings, config)
-            yield cls(settings, config, f, store)
+            yield cls(settings, config, f, store, history)
 
     # Crawls
 
@@ -260,6 +280,25 @@ class Control:
         return RecrawlView(
             {d: published.get(d, 0) for d in chosen}, {d: left[d].due if d in left else 0 for d in chosen}
         )
+
+    # Stored pages
+
+    async def page(self, url: str) -> PageState:
+        """The stored page at `url`, canonicalised as the crawler stores it; BadURL, NotFound."""
+        canon = canonicalise(url, tracking=self.config.dropped_params)
+        found = await asyncio.to_thread(self._history.page, canon)
+        if found is None:
+            raise NotFound(f"no page is stored for {canon}")
+        return found
+
+    async def page_versions(self, page: int, before: int | None = None, limit: int = 100) -> VersionsView:
+        """Up to `limit` versions of page `page` numbered below `before`, newest first; NotFound."""
+        # One more than asked says whether there is a next page.
+        found = await asyncio.to_thread(self._history.versions, page, before, limit + 1)
+        if found is None:
+            raise NotFound(f"no page {page}: GET /v1/pages?url=URL gives a page's id")
+        more = len(found) > limit
+        return VersionsView(page, found[:limit], found[limit - 1].version if more else None)
 
     # Dead letters
 

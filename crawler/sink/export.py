@@ -1,4 +1,5 @@
-"""`crawler export`: the pages table as JSON lines, CSV or Parquet, streamed in constant memory.
+"""`crawler export`: the pages table, or every version of its pages (`--history`), as JSON lines, CSV
+or Parquet, streamed in constant memory.
 
 Rows come from a server-side cursor (PostgreSQL) or SQLite's own stepping cursor, BATCH at a time.
 CSV and Parquet put each `data` field in a column of its own; knowing the columns takes a first
@@ -10,7 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,7 +23,7 @@ from sqlalchemy.exc import DBAPIError
 
 from crawler.errors import ConfigError, NotFound, SinkError
 from crawler.sink.sql import create_sink_engine, engine_url
-from crawler.sink.tables import Page
+from crawler.sink.tables import Page, PageVersion
 
 FORMATS = ("jsonl", "csv", "parquet")
 BATCH = 2_000
@@ -43,10 +44,55 @@ COLUMNS = (
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """Which rows to export: one domain's (None: all), fetched at or after `since` (None: any time)."""
+    """Which rows to export: one domain's (None: all), fetched at or after `since` (None: any time);
+    with `history`, every version instead of each page; with `changed_since`, only pages with a version
+    fetched after it."""
 
     domain: str | None = None
     since: datetime | None = None
+    history: bool = False
+    changed_since: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What an exported row is: its fixed columns (name -> SQL column), then `data`; Parquet types of
+    the fixed columns that are not text."""
+
+    columns: Mapping[str, Any]
+    data: Any
+    types: Mapping[str, str]
+
+    def select(self) -> list[Any]:
+        return [*self.columns.values(), self.data]
+
+
+_PAGES = _Shape(
+    {name: getattr(Page, name) for name in COLUMNS},
+    Page.data,
+    {"id": "int64", "status_code": "int32", "depth": "int32", "attempts": "int32", "fetched_at": "time"},
+)
+# `--history`: one row per version, its page's url, domain and id first.
+_VERSIONS = _Shape(
+    {
+        "url": Page.url,
+        "domain": Page.domain,
+        "page_id": PageVersion.page_id,
+        "version": PageVersion.version,
+        "kind": PageVersion.kind,
+        "fetched_at": PageVersion.fetched_at,
+        "status_code": PageVersion.status_code,
+        "title": PageVersion.title,
+        "crawl": PageVersion.crawl_id,
+    },
+    PageVersion.data,
+    {"page_id": "int64", "version": "int32", "status_code": "int32", "fetched_at": "time"},
+)
+VERSION_COLUMNS = tuple(_VERSIONS.columns)
+
+
+def _shape(query: Query) -> _Shape:
+    return _VERSIONS if query.history else _PAGES
 
 
 @dataclass(slots=True)
@@ -61,9 +107,9 @@ class _FieldColumns:
         for key, value in data.items():
             self.kinds.setdefault(key, set()).add(_kind(value))
 
-    def names(self) -> dict[str, str]:
+    def names(self, fixed: Collection[str]) -> dict[str, str]:
         """Field -> its column's name (a field named like a fixed column gets a `data.` prefix)."""
-        return {key: f"data.{key}" if key in COLUMNS else key for key in self.kinds}
+        return {key: f"data.{key}" if key in fixed else key for key in self.kinds}
 
 
 def _kind(value: Any) -> str:
@@ -126,11 +172,22 @@ def _domain(domain: str) -> str:
 
 
 def _select(query: Query, *columns: Any) -> Select[Any]:
-    stmt = select(*columns).order_by(Page.id)
+    if query.history:
+        # A page's versions are written in order, so id order is each page's version order too.
+        stmt = select(*columns).select_from(PageVersion).join(Page, Page.id == PageVersion.page_id)
+        stmt, fetched = stmt.order_by(PageVersion.id), PageVersion.fetched_at
+    else:
+        stmt, fetched = select(*columns).order_by(Page.id), Page.fetched_at
     if query.domain is not None:
         stmt = stmt.where(Page.domain == _domain(query.domain))
     if query.since is not None:
-        stmt = stmt.where(Page.fetched_at >= query.since.astimezone(UTC))
+        stmt = stmt.where(fetched >= query.since.astimezone(UTC))
+    if query.changed_since is not None:
+        # IN, not a correlated EXISTS: the versions' time index finds the few recent ones first.
+        changed = select(PageVersion.page_id).where(
+            PageVersion.fetched_at > query.changed_since.astimezone(UTC)
+        )
+        stmt = stmt.where(Page.id.in_(changed))
     return stmt
 
 
@@ -142,10 +199,6 @@ def _rows(engine: Any, stmt: Select[Any], batch: int) -> Iterator[Sequence[Any]]
             yield from part
 
 
-def _record_columns() -> list[Any]:
-    return [getattr(Page, name) for name in COLUMNS] + [Page.data]
-
-
 def _plain(name: str, value: Any) -> Any:
     if name == "fetched_at" and isinstance(value, datetime):
         # SQLite hands back naive times; every stored time is UTC (see PageRecord).
@@ -154,9 +207,10 @@ def _plain(name: str, value: Any) -> Any:
 
 
 def _jsonl(engine: Any, query: Query, stream: IO[str], batch: int) -> int:
+    shape = _shape(query)
     count = 0
-    for row in _rows(engine, _select(query, *_record_columns()), batch):
-        record = {name: _plain(name, value) for name, value in zip(COLUMNS, row, strict=False)}
+    for row in _rows(engine, _select(query, *shape.select()), batch):
+        record = {name: _plain(name, value) for name, value in zip(shape.columns, row, strict=False)}
         record["data"] = row[-1]
         stream.write(json.dumps(record, ensure_ascii=False))
         stream.write("\n")
@@ -166,7 +220,7 @@ def _jsonl(engine: Any, query: Query, stream: IO[str], batch: int) -> int:
 
 def _field_columns(engine: Any, query: Query, batch: int) -> _FieldColumns:
     fields = _FieldColumns()
-    for (data,) in _rows(engine, _select(query, Page.data), batch):
+    for (data,) in _rows(engine, _select(query, _shape(query).data), batch):
         fields.see(data)
     return fields
 
@@ -178,13 +232,14 @@ def _cell(value: Any) -> Any:
 
 
 def _csv(engine: Any, query: Query, stream: IO[str], batch: int) -> int:
-    names = _field_columns(engine, query, batch).names()
+    shape = _shape(query)
+    names = _field_columns(engine, query, batch).names(shape.columns)
     writer = csv.writer(stream)
-    writer.writerow([*COLUMNS, *names.values()])
+    writer.writerow([*shape.columns, *names.values()])
     count = 0
-    for row in _rows(engine, _select(query, *_record_columns()), batch):
+    for row in _rows(engine, _select(query, *shape.select()), batch):
         data = row[-1] if isinstance(row[-1], dict) else {}
-        fixed = [_plain(name, value) for name, value in zip(COLUMNS, row, strict=False)]
+        fixed = [_plain(name, value) for name, value in zip(shape.columns, row, strict=False)]
         writer.writerow([*fixed, *(_cell(data.get(key)) for key in names)])
         count += 1
     return count
@@ -203,16 +258,14 @@ def _parquet(engine: Any, query: Query, out: Path, batch: int) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    shape = _shape(query)
+    fixed = list(shape.columns)
     fields = _field_columns(engine, query, batch)
-    names = fields.names()
-    fixed_types = {
-        "id": pa.int64(),
-        "status_code": pa.int32(),
-        "depth": pa.int32(),
-        "attempts": pa.int32(),
-        "fetched_at": pa.timestamp("us", tz="UTC"),
-    }
-    schema_fields = [pa.field(name, fixed_types.get(name, pa.string())) for name in COLUMNS]
+    names = fields.names(fixed)
+    types = {"int64": pa.int64(), "int32": pa.int32(), "time": pa.timestamp("us", tz="UTC")}
+    schema_fields = [
+        pa.field(name, types[shape.types[name]] if name in shape.types else pa.string()) for name in fixed
+    ]
     converters: list[Any] = []
     for key, column in names.items():
         kinds = fields.kinds[key] - {"null"}
@@ -231,15 +284,15 @@ def _parquet(engine: Any, query: Query, out: Path, batch: int) -> int:
     count = 0
     with pq.ParquetWriter(out, schema, compression="zstd") as writer:
         columns: list[list[Any]] = [[] for _ in schema_fields]
-        for row in _rows(engine, _select(query, *_record_columns()), batch):
+        for row in _rows(engine, _select(query, *shape.select()), batch):
             for i, value in enumerate(row[:-1]):
-                if COLUMNS[i] == "fetched_at" and isinstance(value, datetime) and value.tzinfo is None:
+                if fixed[i] == "fetched_at" and isinstance(value, datetime) and value.tzinfo is None:
                     value = value.replace(tzinfo=UTC)
                 columns[i].append(value)
             data = row[-1] if isinstance(row[-1], dict) else {}
             for j, (key, convert) in enumerate(zip(names, converters, strict=True)):
                 value = data.get(key)
-                columns[len(COLUMNS) + j].append(convert(value) if convert and value is not None else value)
+                columns[len(fixed) + j].append(convert(value) if convert and value is not None else value)
             count += 1
             if len(columns[0]) >= batch:
                 writer.write_batch(pa.record_batch(columns, schema=schema))
@@ -257,15 +310,15 @@ def _to_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def parse_since(text: str) -> datetime:
-    """An ISO 8601 date or time for --since; a time without an offset is UTC."""
+def parse_since(text: str, flag: str = "--since") -> datetime:
+    """An ISO 8601 date or time for `flag` (--since, --changed-since); a time without an offset is UTC."""
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise ConfigError(
-            f"--since {text!r}: expected an ISO 8601 date or time, e.g. 2024-05-01T08:00"
+            f"{flag} {text!r}: expected an ISO 8601 date or time, e.g. 2024-05-01T08:00"
         ) from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-__all__ = ["FORMATS", "Query", "export", "parse_since"]
+__all__ = ["FORMATS", "VERSION_COLUMNS", "Query", "export", "parse_since"]

@@ -56,7 +56,7 @@ def _operations(api: Api) -> list[tuple[str, str, bool]]:
         schema = client.get("/openapi.json").json()
     out = []
     for path, methods in schema["paths"].items():
-        sample = path.replace("{crawl}", "nosuchcrawl").replace("{domain}", "a.test")
+        sample = path.replace("{crawl}", "nosuchcrawl").replace("{domain}", "a.test").replace("{page}", "1")
         for method in methods:
             out.append((method, sample, method != "get"))
     return out

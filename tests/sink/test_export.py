@@ -10,13 +10,15 @@ import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
 from crawler.errors import ConfigError, NotFound
-from crawler.sink.export import Query, export, parse_since
+from crawler.sink.export import COLUMNS, VERSION_COLUMNS, Query, export, parse_since
 from crawler.sink.sql import PageRecord, Sink, migrate
+from tests.support import versions
 from tests.support.services import crawler_command
 
 T0 = datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
@@ -220,3 +222,96 @@ def test_export_without_pyarrow_says_which_extra(tmp_path: Path, sqlite_url: str
     )
     assert result.returncode == 2
     assert "pip install -e '.[parquet]'" in result.stderr
+
+
+# -- history: every version, and the pages changed since a time -----------------------------------
+
+
+@pytest.fixture
+async def versioned(database_url: str) -> str:
+    await versions.store(database_url)
+    return database_url
+
+
+def jsonl(database_url: str, out: Path, query: Query) -> list[dict[str, Any]]:
+    export(database_url, "jsonl", out, query, batch=2)
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+@pytest.mark.timeout(60)
+def test_history_lists_every_version_and_no_other(versioned: str, tmp_path: Path) -> None:
+    rows = jsonl(versioned, tmp_path / "v.jsonl", Query(history=True))
+    assert [(r["url"], r["version"], r["kind"], r["fetched_at"]) for r in rows] == [
+        (url, number, kind, at.isoformat()) for url, number, kind, at in versions.VERSIONS
+    ]
+    assert list(rows[0]) == [*VERSION_COLUMNS, "data"]
+    ids = {r["url"]: r["id"] for r in jsonl(versioned, tmp_path / "p.jsonl", Query())}
+    assert all(r["page_id"] == ids[r["url"]] and r["domain"] == r["url"].split("/")[2] for r in rows)
+    lamp = [r for r in rows if r["url"] == versions.LAMP]
+    assert [r["crawl"] for r in lamp] == ["c1", "c2", None]
+    assert lamp[1]["title"] == "a2 title" and lamp[1]["data"] == {"price": 2.0, "stock": 3, "sku": "a2"}
+    gone = next(r for r in rows if r["kind"] == "gone")
+    assert gone["status_code"] == 404 and gone["title"] is None and gone["data"] is None
+
+
+@pytest.mark.timeout(60)
+def test_history_filters_by_domain_and_by_the_versions_time(versioned: str, tmp_path: Path) -> None:
+    out = tmp_path / "v.jsonl"
+    blog = jsonl(versioned, out, Query(domain="blog.test", history=True))
+    assert [(r["version"], r["kind"]) for r in blog] == [(1, "new"), (2, "gone"), (3, "back")]
+    recent = jsonl(versioned, out, Query(since=T0 + timedelta(days=1), history=True))
+    assert [(r["url"], r["version"]) for r in recent] == [
+        (versions.BLOG, 2),
+        (versions.LAMP, 2),
+        (versions.BLOG, 3),
+        (versions.LAMP, 3),
+    ]
+
+
+@pytest.mark.timeout(60)
+def test_history_as_csv_and_parquet_has_the_data_fields(versioned: str, tmp_path: Path) -> None:
+    assert export(versioned, "csv", tmp_path / "v.csv", Query(history=True), batch=3) == 7
+    with (tmp_path / "v.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == [*VERSION_COLUMNS, "price", "stock", "sku"]
+    assert [r["sku"] for r in rows if r["url"] == versions.LAMP] == ["a1", "a2", "a3"]
+    assert export(versioned, "parquet", tmp_path / "v.parquet", Query(history=True), batch=3) == 7
+    table = pq.read_table(tmp_path / "v.parquet")
+    types = {name: str(table.schema.field(name).type) for name in ("page_id", "version", "fetched_at")}
+    assert types == {"page_id": "int64", "version": "int32", "fetched_at": "timestamp[us, tz=UTC]"}
+    assert table.column("kind").to_pylist() == [kind for _, _, kind, _ in versions.VERSIONS]
+
+
+@pytest.mark.timeout(60)
+def test_changed_since_selects_the_pages_with_a_newer_version(versioned: str, tmp_path: Path) -> None:
+    out = tmp_path / "p.jsonl"
+
+    def changed(at: datetime, domain: str | None = None) -> list[str]:
+        return [r["url"] for r in jsonl(versioned, out, Query(domain, changed_since=at))]
+
+    # The desk's one version is at T0: newer than T0 means after it.
+    assert changed(T0) == [versions.BLOG, versions.LAMP]  # page rows, in id order
+    assert changed(T0 - timedelta(seconds=1)) == [versions.BLOG, versions.LAMP, versions.DESK]
+    assert changed(T0 + timedelta(days=1, hours=12), "shop.test") == [versions.LAMP]
+    assert changed(T0 + timedelta(days=2)) == []
+    rows = jsonl(versioned, out, Query(changed_since=T0))
+    assert list(rows[0]) == [*COLUMNS, "data"]  # the normal export's rows
+
+
+@pytest.mark.timeout(60)
+def test_the_command_takes_history_and_changed_since(versioned: str, tmp_path: Path) -> None:
+    env = {**os.environ, "CRAWLER_DATABASE_URL": versioned}
+
+    def crawler(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = crawler_command("crawler", "export", *args)
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    done = crawler("--history", "--domain", "shop.test", "--format", "csv", "--out", str(tmp_path / "v.csv"))
+    assert done.returncode == 0 and done.stderr == f"4 versions written to {tmp_path / 'v.csv'}\n"
+    done = crawler("--changed-since", "2024-05-02T08:00")
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["url"] for line in done.stdout.splitlines()] == [versions.BLOG, versions.LAMP]
+    done = crawler("--changed-since", "yesterday")
+    assert done.returncode == 2 and "--changed-since 'yesterday': expected an ISO 8601" in done.stderr
+    done = crawler("--history", "--changed-since", "2024-05-02")
+    assert done.returncode == 2 and "not allowed with argument" in done.stderr

@@ -1,0 +1,125 @@
+"""A page's latest state and its versions, read back for the HTTP API.
+
+Blocking (callers run it in a thread). Versions are read newest first, a page of them per query, keyed
+on the version number (`before`), so a long history is paged without an offset to count past.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Executable, select
+from sqlalchemy.exc import DBAPIError
+
+from crawler.errors import SinkError
+from crawler.sink.sql import create_sink_engine, engine_url
+from crawler.sink.tables import Page, PageVersion
+
+
+@dataclass(frozen=True, slots=True)
+class PageState:
+    """A stored page's latest state (its `pages` row); `version` is its newest version's number."""
+
+    id: int
+    url: str
+    final_url: str | None
+    domain: str
+    status_code: int | None
+    content_type: str | None
+    error: str | None
+    depth: int
+    title: str | None
+    data: dict[str, Any] | None
+    fetched_at: datetime
+    attempts: int
+    crawl: str | None
+    version: int | None
+    changed_at: datetime | None
+    next_fetch_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVersion:
+    """One version of a page, as `page_versions` holds it."""
+
+    version: int
+    kind: str
+    fetched_at: datetime
+    status_code: int | None
+    title: str | None
+    data: dict[str, Any] | None
+    crawl: str | None
+
+
+_PAGE = (
+    Page.id,
+    Page.url,
+    Page.final_url,
+    Page.domain,
+    Page.status_code,
+    Page.content_type,
+    Page.error,
+    Page.depth,
+    Page.title,
+    Page.data,
+    Page.fetched_at,
+    Page.attempts,
+    Page.crawl_id,
+    Page.version,
+    Page.changed_at,
+    Page.next_fetch_at,
+)
+_VERSION = (
+    PageVersion.version,
+    PageVersion.kind,
+    PageVersion.fetched_at,
+    PageVersion.status_code,
+    PageVersion.title,
+    PageVersion.data,
+    PageVersion.crawl_id,
+)
+
+
+def _utc(value: Any) -> Any:
+    # SQLite hands back naive times; every stored time is UTC.
+    return value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
+
+
+class PageHistory:
+    """Reads pages and their versions."""
+
+    def __init__(self, database_url: str) -> None:
+        url = engine_url(database_url)
+        self._redacted = url.render_as_string(hide_password=True)
+        self._engine = create_sink_engine(url)
+
+    def _rows(self, stmt: Executable, what: str) -> Sequence[Any]:
+        try:
+            with self._engine.connect() as conn:
+                return conn.execute(stmt).all()
+        except DBAPIError as exc:
+            first = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc).__name__
+            raise SinkError(f"reading {what} from {self._redacted} failed: {first}") from exc
+
+    def page(self, url: str) -> PageState | None:
+        """The stored page at `url` (a canonical URL), or None."""
+        rows = self._rows(select(*_PAGE).where(Page.url == url), "a page")
+        return PageState(*(_utc(value) for value in rows[0])) if rows else None
+
+    def versions(self, page: int, before: int | None, limit: int) -> list[StoredVersion] | None:
+        """Up to `limit` versions of page `page` numbered below `before` (None: from its newest),
+        newest first; None if there is no such page."""
+        stmt = select(*_VERSION).where(PageVersion.page_id == page)
+        if before is not None:
+            stmt = stmt.where(PageVersion.version < before)
+        rows = self._rows(stmt.order_by(PageVersion.version.desc()).limit(limit), "versions")
+        if not rows and not self._rows(select(Page.id).where(Page.id == page), "a page"):
+            return None
+        return [StoredVersion(*(_utc(value) for value in row)) for row in rows]
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self._engine.dispose()
