@@ -18,11 +18,11 @@ import inspect
 import logging
 import struct
 from collections.abc import Callable, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import aiormq
 import aiormq.abc
-from aio_pika import DeliveryMode, Exchange
+from aio_pika import DeliveryMode, Exchange, Message
 from aio_pika.abc import AbstractExchange
 from aiormq.exceptions import AMQPError, ChannelInvalidStateError, DeliveryError
 from pamqp import commands, frame
@@ -49,11 +49,19 @@ class NotConfirmed(CrawlerError):
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """One message to publish: persistent, JSON, at a priority."""
+    """One message to publish: persistent, JSON, at a priority; with an id and a type if given."""
 
     routing_key: str
     body: bytes
     priority: int
+    message_id: str | None = None
+    type: str | None = None
+
+    def message(self) -> Message:
+        """The aio-pika message, persistent."""
+        message = persistent(self.body, self.priority)
+        message.message_id, message.type = self.message_id, self.type
+        return message
 
 
 class Publisher:
@@ -148,7 +156,7 @@ class Publisher:
             raise ChannelInvalidStateError(f"the channel of exchange {self._exchange.name!r} is closed")
 
         async def one(m: Outgoing) -> None:
-            message = persistent(m.body, m.priority)
+            message = m.message()
             message.delivery_mode = self.delivery_mode
             # mandatory=False: the frontier's alternate exchange takes whatever no queue binds.
             await self._exchange.publish(message, m.routing_key, mandatory=False)
@@ -171,12 +179,13 @@ class Publisher:
         parts: list[bytes] = []
         for m in messages:
             parts.append(self._method(channel, m.routing_key))
-            properties = self._properties.get(m.priority)
+            properties = self._properties.get(m.priority) if m.message_id is None and m.type is None else None
             if properties is None:
-                message = persistent(b"", m.priority)
+                message = replace(m, body=b"").message()
                 message.delivery_mode = self.delivery_mode
                 properties = message.properties.marshal()
-                self._properties[m.priority] = properties
+                if m.message_id is None and m.type is None:  # the same for every such message
+                    self._properties[m.priority] = properties
             size = len(m.body)
             parts += (
                 _HEADER.pack(
