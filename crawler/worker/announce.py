@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from functools import partial
 
@@ -25,6 +26,18 @@ class Announcer:
         self._feed = feed
         self._writes = writes
         self._wait = short_retry_wait
+
+    def start(
+        self,
+        message: AbstractIncomingMessage,
+        record: PageRecord,
+        refresh: Refresh | None,
+        made: Version | None,
+    ) -> asyncio.Task[bool] | None:
+        """Announce in the background (its confirm comes while the links are routed); None: nothing to."""
+        if made is None and not (message.redelivered and record.history):
+            return None
+        return asyncio.ensure_future(self.announce(message, record, refresh, made))
 
     async def announce(
         self,

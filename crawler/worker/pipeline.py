@@ -173,10 +173,15 @@ class Pipeline:
         committed = Done("commit", time.monotonic())
         if made is not None:
             self._metrics.observe_version(domain, made.kind)
-        announcer = self._announcer
-        if announcer and not await announcer.announce(message, settled.record, crawl.refresh, made):
-            return
-        routed = await self._linking.route(domain, url, crawl, options, outcome, settled.route)
+        announcing = self._announcer and self._announcer.start(message, settled.record, crawl.refresh, made)
+        try:
+            routed = await self._linking.route(domain, url, crawl, options, outcome, settled.route)
+        except BaseException:
+            if announcing:
+                announcing.cancel()
+            raise
+        if announcing and not await announcing:
+            return  # back to the broker, to be announced again
         if failure is not None and failure.transient:
             await self._parking.dead(message, domain, attempts, failure)
         if crawl.refresh is not None:
