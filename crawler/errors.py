@@ -122,6 +122,10 @@ class FeedError(CrawlerError):
     """A page's new version could not be published to the change feed (not confirmed)."""
 
 
+class SitemapError(CrawlerError):
+    """A body read as a sitemap is none of the kinds a sitemap can be (XML, RSS, Atom, a list of URLs)."""
+
+
 class HookFailed(CrawlerError):
     """A parse hook raised, returned something unusable, or overran the page's deadline."""
 

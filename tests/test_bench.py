@@ -257,3 +257,14 @@ async def test_the_exit_relay_keeps_its_client_connection_across_every_framing()
     assert got == [b"200hello", b"2003\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", b"204", b"200until the end"]
     assert {ip for ip, _ in seen} == {"127.0.0.25"}  # every request left from the exit's own address
     assert all(b"Proxy-Connection" not in head and b"GET /" in head for _, head in seen)
+
+
+def test_the_sitemap_bench_builds_50000_realistic_urls() -> None:
+    from bench.sitemap import SITEMAP_URL, build
+    from crawler.parse.sitemaps import SitemapReader
+
+    reader = SitemapReader(SITEMAP_URL)
+    entries = list(reader.read([build(1000)]))
+    assert len(entries) == 1000 and reader.report.gzip and not reader.report.skipped
+    assert 75 <= sum(len(e.loc) for e in entries) / len(entries) <= 90
+    assert all(e.lastmod is not None for e in entries)
