@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 from collections import defaultdict
 from pathlib import Path
@@ -148,3 +149,15 @@ async def test_three_passes_make_exactly_the_versions_and_the_feed_tells_each(
     }
     assert bodies["4", 2]["changes"] == {"text": {"old": "product 4", "new": "product 4, back in stock"}}
     assert all(b["domain"] == site.host and b["fetched_at"].endswith("Z") for b in bodies.values())
+
+
+@pytest.mark.timeout(10)
+def test_the_documented_subscribers_are_python_that_binds_the_feed() -> None:
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text().split("## Keeping a crawl fresh", 1)[1].split("\n## ", 1)[0]
+    history = (root / "docs" / "history.md").read_text()
+    blocks = [b for text in (readme, history) for b in re.findall(r"```python\n(.*?)```", text, re.S)]
+    assert len(blocks) == 2
+    for block in blocks:
+        compile(block, "example", "exec")
+        assert 'queue.bind("crawler.changes", "#.shop.example")' in block
