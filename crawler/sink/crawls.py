@@ -12,7 +12,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from crawler.errors import SinkError
-from crawler.sink.sql import create_sink_engine, engine_url
+from crawler.sink.sql import create_sink_engine, engine_url, first_line
 from crawler.sink.tables import Base, Page
 
 CrawlState = Literal["running", "finished", "cancelled"]
@@ -82,7 +82,7 @@ class CrawlStore:
             with Session(self._engine) as session, session.begin():
                 return work(session)
         except DBAPIError as exc:
-            first = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc).__name__
+            first = first_line(exc)
             raise SinkError(f"crawl records in {self._redacted}: {first}") from exc
 
     def add(self, record: CrawlRecord) -> None:

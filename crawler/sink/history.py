@@ -6,16 +6,13 @@ on the version number (`before`), so a long history is paged without an offset t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Executable, select
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import select
 
-from crawler.errors import SinkError
-from crawler.sink.sql import create_sink_engine, engine_url
+from crawler.sink.reader import Reader
 from crawler.sink.tables import Page, PageVersion
 
 
@@ -88,21 +85,8 @@ def _utc(value: Any) -> Any:
     return value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
 
 
-class PageHistory:
+class PageHistory(Reader):
     """Reads pages and their versions."""
-
-    def __init__(self, database_url: str) -> None:
-        url = engine_url(database_url)
-        self._redacted = url.render_as_string(hide_password=True)
-        self._engine = create_sink_engine(url)
-
-    def _rows(self, stmt: Executable, what: str) -> Sequence[Any]:
-        try:
-            with self._engine.connect() as conn:
-                return conn.execute(stmt).all()
-        except DBAPIError as exc:
-            first = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc).__name__
-            raise SinkError(f"reading {what} from {self._redacted} failed: {first}") from exc
 
     def page(self, url: str) -> PageState | None:
         """The stored page at `url` (a canonical URL), or None."""
@@ -119,7 +103,3 @@ class PageHistory:
         if not rows and not self._rows(select(Page.id).where(Page.id == page), "a page"):
             return None
         return [StoredVersion(*(_utc(value) for value in row)) for row in rows]
-
-    def close(self) -> None:
-        """Close pooled connections."""
-        self._engine.dispose()

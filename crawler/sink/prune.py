@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 
 from crawler.config import History
 from crawler.errors import SinkError
-from crawler.sink.sql import create_sink_engine, engine_url
+from crawler.sink.sql import create_sink_engine, engine_url, first_line
 from crawler.sink.tables import Page, PageVersion
 
 PAGE_BATCH = 1_000  # pages whose versions one read ranks
@@ -66,7 +66,7 @@ class Pruner:
                 # What the deletes say, not what was read: another prune, or a purge, may be first.
                 count += len(doomed) if dry_run else self._delete(doomed)
         except DBAPIError as exc:
-            first = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc).__name__
+            first = first_line(exc)
             raise SinkError(f"pruning versions of {domain} in {self._redacted} failed: {first}") from exc
 
     def _last_page(self, conn: Connection, domain: str, after: int) -> int | None:

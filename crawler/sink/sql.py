@@ -143,7 +143,8 @@ def _sqlite_on_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def _first_line(exc: DBAPIError) -> str:
+def first_line(exc: DBAPIError) -> str:
+    """The first line of a database error's own message, for a one-line SinkError."""
     text = str(exc.orig).strip() or type(exc.orig).__name__
     return text.splitlines()[0]
 
@@ -258,7 +259,7 @@ class Sink:
             # default_transaction_read_only, say): after a failure, the next write opens fresh ones.
             self._engine.dispose()
             raise SinkError(
-                f"storing {len(ordered)} page(s) in {self._redacted} failed: {_first_line(exc)}"
+                f"storing {len(ordered)} page(s) in {self._redacted} failed: {first_line(exc)}"
             ) from exc
 
     async def versions_after(self, url: str, number: int) -> list[Version]:
@@ -270,7 +271,7 @@ class Sink:
             with self._engine.connect() as conn:
                 return versions.after(conn, url, number)
         except DBAPIError as exc:
-            raise SinkError(f"reading versions in {self._redacted} failed: {_first_line(exc)}") from exc
+            raise SinkError(f"reading versions in {self._redacted} failed: {first_line(exc)}") from exc
 
     def counts(self) -> dict[str, tuple[int, int]]:
         """Per domain, the number of (successful, failed) pages."""
@@ -279,7 +280,7 @@ class Sink:
             with self._engine.connect() as conn:
                 rows = conn.execute(stmt.group_by(Page.domain)).all()
         except DBAPIError as exc:
-            raise SinkError(f"counting pages in {self._redacted} failed: {_first_line(exc)}") from exc
+            raise SinkError(f"counting pages in {self._redacted} failed: {first_line(exc)}") from exc
         return {domain: (ok, failed) for domain, ok, failed in rows}
 
     def credits(self) -> dict[str, float]:
@@ -289,7 +290,7 @@ class Sink:
             with self._engine.connect() as conn:
                 rows = conn.execute(stmt.group_by(Page.domain)).all()
         except DBAPIError as exc:
-            raise SinkError(f"summing credits in {self._redacted} failed: {_first_line(exc)}") from exc
+            raise SinkError(f"summing credits in {self._redacted} failed: {first_line(exc)}") from exc
         return {domain: float(total) for domain, total in rows}
 
     def counts_since(self, since: datetime) -> dict[str, int]:
@@ -299,7 +300,7 @@ class Sink:
             with self._engine.connect() as conn:
                 rows = conn.execute(stmt.group_by(Page.domain)).all()
         except DBAPIError as exc:
-            raise SinkError(f"counting pages in {self._redacted} failed: {_first_line(exc)}") from exc
+            raise SinkError(f"counting pages in {self._redacted} failed: {first_line(exc)}") from exc
         return {domain: n for domain, n in rows}
 
     def close(self) -> None:
@@ -326,15 +327,13 @@ def migrate(database_url: str) -> None:
         try:
             conn = engine.connect()
         except DBAPIError as exc:
-            raise ServiceUnavailable(
-                f"cannot connect to database {_redact(url)}: {_first_line(exc)}"
-            ) from exc
+            raise ServiceUnavailable(f"cannot connect to database {_redact(url)}: {first_line(exc)}") from exc
         with conn, conn.begin():
             # env.py runs inside this transaction and locks it (see there) until the commit.
             config.attributes["connection"] = conn
             with _MIGRATING:
                 command.upgrade(config, "head")
     except DBAPIError as exc:
-        raise SinkError(f"migrating database {_redact(url)} failed: {_first_line(exc)}") from exc
+        raise SinkError(f"migrating database {_redact(url)} failed: {first_line(exc)}") from exc
     finally:
         engine.dispose()

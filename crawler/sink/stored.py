@@ -6,16 +6,14 @@ so a rebuild of millions of rows holds no long transaction and no cursor open be
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from sqlalchemy import ColumnElement, Executable, func, inspect, select
+from sqlalchemy import ColumnElement, func, inspect, select
 from sqlalchemy.exc import DBAPIError
 
 from crawler.errors import SinkError
-from crawler.sink.sql import create_sink_engine, engine_url
+from crawler.sink.reader import Reader
 from crawler.sink.tables import Page
 
 
@@ -33,22 +31,8 @@ def _of(crawl: str | None) -> ColumnElement[bool]:
     return Page.crawl_id.is_(None) if crawl is None else Page.crawl_id == crawl
 
 
-class StoredPages:
+class StoredPages(Reader):
     """Reads a crawl's stored pages."""
-
-    def __init__(self, database_url: str) -> None:
-        url = engine_url(database_url)
-        self._url = url
-        self._redacted = url.render_as_string(hide_password=True)
-        self._engine = create_sink_engine(url)
-
-    def _rows(self, stmt: Executable, what: str) -> Sequence[Any]:
-        try:
-            with self._engine.connect() as conn:
-                return conn.execute(stmt).all()
-        except DBAPIError as exc:
-            first = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc).__name__
-            raise SinkError(f"reading {what} from {self._redacted} failed: {first}") from exc
 
     def any(self, crawl: str | None) -> bool:
         """Whether the crawl stored any page (none in a database never migrated, or never made)."""
@@ -87,7 +71,3 @@ class StoredPages:
     def stored(self, url: str, crawl: str | None) -> bool:
         """Whether the crawl stored a page for `url` (a canonical URL)."""
         return bool(self._rows(select(Page.id).where(Page.url == url, _of(crawl)), "a page"))
-
-    def close(self) -> None:
-        """Close pooled connections."""
-        self._engine.dispose()
