@@ -309,8 +309,9 @@ class Rules(_Strict):
     parsers: tuple[ParseRule, ...] = ()  # per URL; the first match wins over `parse`
     recrawl: Annotated[Recrawl | None, BeforeValidator(_off)] = None  # None: each page once per crawl
     recrawl_rules: tuple[RecrawlRule, ...] = ()  # per URL; the first match wins
-    # Versions of each page and the change feed; None: neither (`history: off`).
-    history: Annotated[History | None, BeforeValidator(_off)] = Field(default_factory=History)
+    # Versions of each page and the change feed; None (the default, or `history: off`): neither.
+    # Off unless asked, as `recrawl` is: a version of every page costs a first crawl ~50 % more CPU.
+    history: Annotated[History | None, BeforeValidator(_off)] = None
 
     def fetch_for(self, url: str) -> FetchSpec:
         """How `url` is fetched: the first fetch rule found in its path and query, else `fetch`."""

@@ -137,7 +137,7 @@ domains:
     assert parse_config("").defaults.recrawl is None  # off by default
 
 
-def test_history_is_on_by_default_inherits_and_turns_off() -> None:
+def test_history_is_off_by_default_inherits_and_turns_off() -> None:
     config = parse_config(
         """
 defaults:
@@ -152,7 +152,8 @@ domains:
     assert a is not None and (a.keep, a.max_age) == (10, 365 * 86_400)
     assert b is None
     assert c is not None and (c.keep, c.max_age) == (100, 30 * 86_400)  # replaces the defaults' whole
-    default = parse_config("").defaults.history
+    assert parse_config("").defaults.history is None  # off by default
+    default = parse_config("defaults:\n  history: {}\n").defaults.history
     assert default is not None and (default.keep, default.max_age) == (100, 365 * 86_400)
     for bad, key in (("{keep: 0}", "keep"), ("{max_age: soon}", "max_age"), ("{kept: 3}", "kept")):
         with pytest.raises(ConfigError, match=key):

@@ -34,7 +34,7 @@ PRODUCTS = 24
 
 
 def configure(path: Path, site: FreshSite) -> Path:
-    domain = {"extract": {"heading": "h1", "text": "p.text"}, "recrawl": {"every": "1h"}}
+    domain = {"extract": {"heading": "h1", "text": "p.text"}, "recrawl": {"every": "1h"}, "history": {}}
     path.write_text(
         yaml.safe_dump(
             {
