@@ -1,5 +1,5 @@
-"""The command line: `crawler seed|crawl|crawls|domains|status|reset|dead|export|history prune|db
-upgrade`, and `crawler-consume`.
+"""The command line: `crawler seed|crawl|crawls|domains|status|reset|dead|export|history prune|
+sitemaps|db upgrade`, and `crawler-consume`.
 
 Exit codes: 0 done, 1 an unexpected error (a traceback, passwords hidden), 2 bad input or a
 service out of reach (one line on stderr saying which), 3 stopped at once by a second signal,
@@ -15,6 +15,7 @@ import logging
 import sys
 import time
 import traceback
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, replace
@@ -42,6 +43,7 @@ from crawler.service.inputs import DEAD_LIMIT, DEAD_REASONS, CrawlRequest
 from crawler.settings import Settings
 from crawler.sink.export import FORMATS, Query, export, parse_since
 from crawler.sink.prune import Pruner
+from crawler.sink.sitemaps import SitemapRead, SitemapStore
 from crawler.sink.sql import migrate
 from crawler.worker import wiring
 from crawler.worker.alongside import background
@@ -402,6 +404,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
     _common(p)
 
+    p = sub.add_parser(
+        "sitemaps", help="a domain's sitemaps as last read: files, URLs, what was dropped and why"
+    )
+    p.add_argument("domain")
+    p.add_argument(
+        "--read", action="store_true", help="first begin a round of reading them (the workers read it)"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON lines, one per file")
+    _common(p)
+
     p = sub.add_parser("db", help="database schema")
     p.add_argument("action", choices=["upgrade"])
     _common(p)
@@ -430,6 +442,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _export(args)
     if args.command == "history":
         return _prune(args)
+    if args.command == "sitemaps" and not args.read:
+        return _sitemaps(args)
 
     async def run() -> int:
         settings, config = _settings_and_config(args)
@@ -482,6 +496,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             await _crawls(settings, config, args)
         elif args.command == "domains":
             await _domains_verb(settings, config, args)
+        elif args.command == "sitemaps":
+            async with Control.open(settings, config, "crawler sitemaps") as control:
+                began = await control.read_sitemaps(args.domain)
+            print(
+                f"{args.domain}: a round of reading its sitemaps began at {began} origin(s)", file=sys.stderr
+            )
+            return _sitemaps(args)
         elif args.command == "db":
             await asyncio.to_thread(migrate, settings.database_url)
             print("database schema is up to date")
@@ -505,6 +526,7 @@ async def _recrawling(
     ):
         if which == "all":
             await scheduler.make_due(domains)
+        await scheduler.read_sitemaps(domains, every=True)
         stop = asyncio.Event()
         task = asyncio.create_task(scheduler.run(stop, domains))
         try:
@@ -561,6 +583,61 @@ def _prune(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         return closed_pipe()
     return EXIT_OK
+
+
+def _sitemaps(args: argparse.Namespace) -> int:
+    # The database and domains.yaml alone: what the workers' last readings found.
+    try:
+        settings, config = _settings_and_config(args)
+        [domain] = wiring.check_domains(config, [args.domain])
+        store = SitemapStore(settings.database_url)
+        try:
+            read = store.files(domain)
+        finally:
+            store.close()
+    except CrawlerError as exc:
+        print(f"crawler: error: {redact(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.json:
+            for f in read:
+                print(json.dumps(_sitemap_json(f)))
+        else:
+            print(_sitemap_table(domain, read, config.rules[domain].sitemaps))
+    except BrokenPipeError:
+        return closed_pipe()
+    return EXIT_OK
+
+
+def _sitemap_json(f: SitemapRead) -> dict[str, Any]:
+    return {
+        "url": f.url,
+        "depth": f.depth,
+        "outcome": f.outcome,
+        "kind": f.kind,
+        "status_code": f.status_code,
+        "read_at": f.read_at.isoformat(),
+        "urls": dict(f.counts),
+        "note": f.note,
+    }
+
+
+def _sitemap_table(domain: str, read: Sequence[SitemapRead], setting: object) -> str:
+    if setting is False:
+        head = f"{domain}: sitemaps off (`sitemaps: false` in domains.yaml)"
+    else:
+        head = f"{domain}: no sitemap read yet" if not read else f"{domain}: {len(read)} sitemap file(s)"
+    total: Counter[str] = Counter()
+    lines = []
+    for f in read:
+        total.update(f.counts)
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(f.counts.items())) or "no URLs"
+        note = f" ({f.note})" if f.note else ""
+        when = f.read_at.strftime("%Y-%m-%d %H:%M:%S")
+        lines.append(f"  {f.outcome:<12} {f.kind or '-':<12} {when}  {f.url}\n    {counts}{note}")
+    if total:
+        head += ": " + ", ".join(f"{n} {k}" for k, n in sorted(total.items()))
+    return "\n".join([head, *lines])
 
 
 def build_consume_parser() -> argparse.ArgumentParser:

@@ -268,6 +268,28 @@ class History(_Strict):
     max_age: Duration = 365 * 86_400.0
 
 
+def _sitemaps(value: Any) -> Any:
+    # YAML reads a bare `off` (and `no`) as false; `true` or `on` asks for what `auto` does.
+    if value is True or value == "on":
+        return "auto"
+    if value is None or value is False or value == "off":
+        return False
+    if value == "auto":
+        return value
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"{str(value)[:80]!r}: give auto, false, or a list of sitemap URLs")
+    for url in value:
+        parts = urlsplit(url.strip()) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or len(url) > 2_048:
+            raise ValueError(f"{str(url)[:200]!r} is not an absolute http(s) URL of at most 2048 characters")
+    return tuple(url.strip() for url in value)
+
+
+Sitemaps = Annotated[Literal["auto", False] | tuple[str, ...], BeforeValidator(_sitemaps)]
+"""Where a domain's sitemaps are: `auto` (robots.txt's Sitemap lines, else /sitemap.xml), those and
+the listed URLs, or none (false)."""
+
+
 class RecrawlRule(_Strict):
     """URLs whose path and query match `match` (a regular expression) are recrawled with these
     settings over the domain's `recrawl` (or over its defaults, if the domain's is off)."""
@@ -312,6 +334,7 @@ class Rules(_Strict):
     # Versions of each page and the change feed; None (the default, or `history: off`): neither.
     # Off unless asked, as `recrawl` is: a version of every page costs a first crawl ~50 % more CPU.
     history: Annotated[History | None, BeforeValidator(_off)] = None
+    sitemaps: Sitemaps = "auto"
 
     def fetch_for(self, url: str) -> FetchSpec:
         """How `url` is fetched: the first fetch rule found in its path and query, else `fetch`."""
@@ -382,6 +405,7 @@ class DomainRules(_Strict):
     recrawl: Annotated[Recrawl | None, BeforeValidator(_off)] = None
     recrawl_rules: tuple[RecrawlRule, ...] | None = None
     history: Annotated[History | None, BeforeValidator(_off)] = None
+    sitemaps: Sitemaps | None = None
 
 
 @lru_cache(maxsize=1024)

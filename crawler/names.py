@@ -52,6 +52,8 @@ PAUSE_POLL = 0.5
 CLOSE_WAIT = 5.0
 # A worker that went silent stays listed (as gone) this long, so a person notices it.
 GONE_KEPT = 24 * 3600.0
+# A round of sitemap reading remembers the files it has read this long: far longer than a round takes.
+SITEMAP_ROUND_TTL = 24 * 3600
 
 
 def delay_label(seconds: float) -> str:
@@ -167,6 +169,11 @@ class Names:
         """Redis string caching one origin's robots.txt."""
         return f"{self.prefix}:robots:{origin}"
 
+    def sitemap_round_key(self, round_: str) -> str:
+        """Redis hash of the sitemap files a round of reading has read or queued: URL -> the task
+        that queued it (so that task, delivered again, may queue it again)."""
+        return f"{self.prefix}:sitemap-round:{round_}"
+
     def robots_lock_key(self, origin: str) -> str:
         """Redis lock held by the worker fetching an origin's robots.txt."""
         return f"{self.prefix}:robots-lock:{origin}"
@@ -223,6 +230,7 @@ class Names:
             f"{self.prefix}:credits:*",
             f"{self.prefix}:rate:*",
             f"{self.prefix}:c:*",
+            f"{self.prefix}:sitemap-round:*",
         )
 
     def crawl_keys(self, crawl: str) -> str:

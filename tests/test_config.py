@@ -367,3 +367,30 @@ def test_render_options_per_domain_and_per_url_rule() -> None:
     ):
         with pytest.raises(ConfigError, match=re.escape(message)):
             parse_config(text)
+
+
+def test_sitemaps_are_auto_by_default_a_list_or_off() -> None:
+    config = parse_config(
+        """
+defaults:
+  sitemaps: auto
+domains:
+  a.test: {}
+  b.test: {sitemaps: off}
+  c.test: {sitemaps: ["https://c.test/products.xml.gz"]}
+  d.test: {sitemaps: true}
+"""
+    )
+    assert [config.rules[d].sitemaps for d in ("a.test", "b.test", "c.test", "d.test")] == [
+        "auto",
+        False,
+        ("https://c.test/products.xml.gz",),
+        "auto",
+    ]
+    assert parse_config("").defaults.sitemaps == "auto"
+    for bad, why in (
+        ("maybe", "give auto, false, or a list"),
+        ("[ftp://c.test/s.xml]", "not an absolute http"),
+    ):
+        with pytest.raises(ConfigError, match=why):
+            parse_config(f"domains:\n  a.test: {{sitemaps: {bad}}}\n")

@@ -8,23 +8,18 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
 from yarl import URL
 
-from crawler.config import CrawlConfig, Rules
-from crawler.errors import BadResponse, ConnectFailed, FetchError, Refused, TooLarge
+from crawler.config import CrawlConfig
+from crawler.errors import BadResponse, ConnectFailed, FetchError, Refused
 from crawler.fetch.connect import AddressPolicy, GuardedBackend, GuardedResolver
-from crawler.fetch.fetcher import (
-    HTML_TYPES,
-    REDIRECTS,
-    BoundedFetcher,
-    Headers,
-    read_body,
-    request_headers,
-)
+from crawler.fetch.fetcher import BoundedFetcher, Headers, Opened, request_headers
 
 MAX_HEADER_BYTES = 65_536
 
@@ -53,27 +48,16 @@ class AiohttpFetcher(BoundedFetcher):
             max_field_size=MAX_HEADER_BYTES,
         )
 
-    async def _get(
-        self, url: str, rules: Rules, html_only: bool, headers: Headers | None
-    ) -> tuple[int, httpx.Headers, bytes]:
+    @asynccontextmanager
+    async def _open(self, url: str, headers: Headers | None) -> AsyncIterator[Opened]:
         await self._check_literal(url)
         try:
             async with self._session.get(
                 URL(url, encoded=True), allow_redirects=False, headers=headers
             ) as resp:
-                headers = httpx.Headers(list(resp.headers.items()))
-                media = resp.headers.get("Content-Type", "text/html").split(";")[0].strip()
-                if resp.status in REDIRECTS or (html_only and media.lower() not in HTML_TYPES):
-                    return resp.status, headers, b""
-                declared = resp.headers.get("Content-Length", "")
-                if declared.isdigit() and int(declared) > rules.max_body_bytes:
-                    raise TooLarge(
-                        f"Content-Length {declared} exceeds max_body_bytes {rules.max_body_bytes}",
-                        status_code=resp.status,
-                    )
+                answered = httpx.Headers(list(resp.headers.items()))
                 encodings = resp.headers.getall("Content-Encoding", [])
-                body = await read_body(resp.content.iter_any(), encodings, rules.max_body_bytes, resp.status)
-                return resp.status, headers, body
+                yield resp.status, answered, resp.content.iter_any(), encodings
         except FetchError:
             raise
         except (aiohttp.InvalidURL, ValueError) as exc:

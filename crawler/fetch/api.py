@@ -15,6 +15,8 @@ import json
 import logging
 import random
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlencode
@@ -37,7 +39,7 @@ from crawler.errors import (
     Refused,
     TooLarge,
 )
-from crawler.fetch.fetcher import Fetcher, Headers, Response, read_body, request_headers
+from crawler.fetch.fetcher import Fetcher, Headers, Response, Streamed, read_body, request_headers, streamed
 
 Profile = Literal["envelope", "scrapingbee"]
 ENV_URL = "CRAWLER_FETCH_API_URL"
@@ -401,6 +403,20 @@ class RoutingFetcher:
                 raise ConfigError(f"{url} is to be fetched through `fetch: api`, but no fetch service is set")
             return await self._api.fetch(url, rules, html_only=html_only, headers=headers)
         return await self._direct.fetch(url, rules, html_only=html_only, headers=headers)
+
+    @asynccontextmanager
+    async def stream(
+        self, url: str, rules: Rules, *, headers: Headers | None = None
+    ) -> AsyncIterator[Streamed]:
+        """`url`'s answer with its body as it comes, through the backend its rules name (a fetch
+        service's answer is read whole first)."""
+        backend: Fetcher = self._direct
+        if rules.fetch_for(url).via == "api":
+            if self._api is None:
+                raise ConfigError(f"{url} is to be fetched through `fetch: api`, but no fetch service is set")
+            backend = self._api
+        async with streamed(backend, url, rules, headers=headers) as answer:
+            yield answer
 
     async def aclose(self) -> None:
         """Release both backends' connections."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import httpcore
 import httpx
@@ -70,6 +71,29 @@ class Response:
 Headers = Mapping[str, str]
 """Request headers beyond those every fetch sends."""
 
+Opened = tuple[int, httpx.Headers, AsyncIterator[bytes], Sequence[str]]
+"""An answer as a transport opens it: status, headers, its raw body chunks and their encodings."""
+
+
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """An answer whose body is read as it comes (a sitemap): decoded pieces, within max_body_bytes
+    (TooLarge past it); a redirect's pieces are none."""
+
+    url: str
+    status_code: int
+    headers: httpx.Headers
+    pieces: AsyncGenerator[bytes, None]
+
+    @property
+    def location(self) -> str | None:
+        """Where a redirect points; None if this is no redirect."""
+        if self.status_code not in REDIRECTS:
+            return None
+        value: str | None = self.headers.get("location")
+        return value.strip() or None if value is not None else None
+
+
 Hop = Callable[[str], Awaitable[None]]
 """Clears one request of a followed chain before it is sent (scope, rate token); BadURL refuses it."""
 
@@ -91,6 +115,41 @@ class Fetcher(Protocol):
     async def aclose(self) -> None:
         """Release connections."""
         ...
+
+
+@runtime_checkable
+class Streaming(Protocol):
+    """A Fetcher that can hand a body over as it comes (see `streamed` for any Fetcher)."""
+
+    def stream(
+        self, url: str, rules: Rules, *, headers: Headers | None = None
+    ) -> AbstractAsyncContextManager[Streamed]:
+        """One request for `url`, its body read within the domain's deadline as the caller goes."""
+        ...
+
+
+@asynccontextmanager
+async def streamed(
+    fetcher: Fetcher, url: str, rules: Rules, *, headers: Headers | None = None
+) -> AsyncIterator[Streamed]:
+    """`url`'s answer with its body as it comes; a fetcher that cannot stream (a fetch service) reads
+    the body whole first, within max_body_bytes."""
+    if isinstance(fetcher, Streaming):
+        async with fetcher.stream(url, rules, headers=headers) as answer:
+            yield answer
+        return
+    response = await fetcher.fetch(url, rules, html_only=False, headers=headers)
+    yield Streamed(response.url, response.status_code, response.headers, _slices(response.body))
+
+
+async def _slices(body: bytes, size: int = 64 * 1024) -> AsyncGenerator[bytes, None]:
+    for at in range(0, len(body), size):
+        yield body[at : at + size]
+
+
+async def _nothing() -> AsyncGenerator[bytes, None]:
+    return
+    yield  # pragma: no cover - makes this an async generator
 
 
 class _GuardedTransport(httpx.AsyncHTTPTransport):
@@ -118,7 +177,7 @@ def request_headers(config: CrawlConfig) -> dict[str, str]:
 
 
 class BoundedFetcher:
-    """The deadline every transport shares; a transport supplies `_get`."""
+    """The deadline, body limit and decoding every transport shares; a transport supplies `_open`."""
 
     async def fetch(
         self, url: str, rules: Rules, *, html_only: bool = True, headers: Headers | None = None
@@ -134,9 +193,43 @@ class BoundedFetcher:
             raise
         return Response(url, url, status, answered, body)
 
+    @asynccontextmanager
+    async def stream(
+        self, url: str, rules: Rules, *, headers: Headers | None = None
+    ) -> AsyncIterator[Streamed]:
+        """One request for `url`; the caller reads its body's pieces within the domain's deadline."""
+        try:
+            async with asyncio.timeout(rules.timeout), self._open(url, headers) as opened:
+                status, answered, raw, encodings = opened
+                pieces = (
+                    _nothing()
+                    if status in REDIRECTS
+                    else body_pieces(raw, encodings, rules.max_body_bytes, status)
+                )
+                yield Streamed(url, status, answered, pieces)
+        except TimeoutError:
+            raise FetchTimeout(f"no complete response within {rules.timeout:g}s", url=url) from None
+        except FetchError as exc:
+            exc.url = exc.url or url
+            raise
+
     async def _get(
         self, url: str, rules: Rules, html_only: bool, headers: Headers | None
     ) -> tuple[int, httpx.Headers, bytes]:
+        async with self._open(url, headers) as (status, answered, raw, encodings):
+            media = answered.get("content-type", "text/html").split(";")[0].strip()
+            if status in REDIRECTS or (html_only and media.lower() not in HTML_TYPES):
+                return status, answered, b""
+            declared = answered.get("content-length", "")
+            if declared.isdigit() and int(declared) > rules.max_body_bytes:
+                raise TooLarge(
+                    f"Content-Length {declared} exceeds max_body_bytes {rules.max_body_bytes}",
+                    status_code=status,
+                )
+            return status, answered, await read_body(raw, encodings, rules.max_body_bytes, status)
+
+    def _open(self, url: str, headers: Headers | None) -> AbstractAsyncContextManager[Opened]:
+        """The transport's answer to one GET, open while the context lasts; its errors as FetchError."""
         raise NotImplementedError
 
     async def aclose(self) -> None:
@@ -159,27 +252,12 @@ class HttpFetcher(BoundedFetcher):
             trust_env=False,
         )
 
-    async def _get(
-        self, url: str, rules: Rules, html_only: bool, headers: Headers | None
-    ) -> tuple[int, httpx.Headers, bytes]:
+    @asynccontextmanager
+    async def _open(self, url: str, headers: Headers | None) -> AsyncIterator[Opened]:
         try:
             async with self._client.stream("GET", url, headers=headers) as resp:
-                media = resp.headers.get("content-type", "text/html").split(";")[0].strip()
-                if resp.status_code in REDIRECTS or (html_only and media.lower() not in HTML_TYPES):
-                    return resp.status_code, resp.headers, b""
-                declared = resp.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > rules.max_body_bytes:
-                    raise TooLarge(
-                        f"Content-Length {declared} exceeds max_body_bytes {rules.max_body_bytes}",
-                        status_code=resp.status_code,
-                    )
-                body = await read_body(
-                    resp.aiter_raw(),
-                    resp.headers.get_list("content-encoding"),
-                    rules.max_body_bytes,
-                    resp.status_code,
-                )
-                return resp.status_code, resp.headers, body
+                encodings = resp.headers.get_list("content-encoding")
+                yield resp.status_code, resp.headers, resp.aiter_raw(), encodings
         except FetchError:
             raise
         except httpx.TimeoutException as exc:

@@ -67,6 +67,14 @@ class Robots:
         """The verdict for `url`; `hop` clears each request for robots.txt (they are requests too)."""
         return self._verdict(url, await self._policy(origin_of(url), rules, hop))
 
+    async def sitemaps(self, origin: str, rules: Rules, hop: Hop) -> list[str]:
+        """The sitemaps an origin's robots.txt names (its `Sitemap:` lines), as written; FetchError
+        (transient) while robots.txt is unavailable."""
+        policy = await self._policy(origin, rules, hop)
+        if policy.unavailable is not None:
+            raise FetchError(policy.unavailable)  # transient
+        return list(policy.parser.sitemaps) if policy.parser is not None else []
+
     def cached(self, url: str) -> Verdict | None:
         """The verdict `check` would give from this worker's own copy, without I/O; None if it has none."""
         cached = self._local.get(origin_of(url))

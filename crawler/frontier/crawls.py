@@ -15,8 +15,9 @@ from redis.asyncio import Redis
 from crawler.names import Names
 
 # Outcome kinds a crawl counts per domain. "routed" counts URLs queued; "retrying" those waiting in
-# a retry tier (up when parked, down when they come back and end).
-COUNTED = ("routed", "ok", "failed", "dead", "skipped", "retrying")
+# a retry tier (up when parked, down when they come back and end); "sitemaps_queued" and
+# "sitemaps_done" the sitemap tasks of rounds its seeds began (crawler/frontier/sitemaps.py).
+COUNTED = ("routed", "ok", "failed", "dead", "skipped", "retrying", "sitemaps_queued", "sitemaps_done")
 MAX_CACHED = 1024  # crawls' options a worker keeps read (they never change once the crawl exists)
 
 # Counts stop the moment a crawl is cancelled: the check and the increments are one atomic step.
@@ -58,6 +59,11 @@ def pending(counts: Mapping[str, int]) -> int:
     """URLs queued and not yet at an outcome, nor waiting for a retry."""
     done = sum(counts.get(k, 0) for k in ("ok", "failed", "dead", "skipped", "retrying"))
     return max(0, counts.get("routed", 0) - done)
+
+
+def sitemaps_pending(counts: Mapping[str, int]) -> int:
+    """Sitemap tasks queued and not yet done (one waiting for a retry counts in "retrying")."""
+    return max(0, counts.get("sitemaps_queued", 0) - counts.get("sitemaps_done", 0))
 
 
 class CrawlState:

@@ -22,6 +22,7 @@ MAX_DEPTH = 1_000_000
 MAX_VIA = 64  # redirect hops a message may carry; max_redirects stops at 50
 # A crawl id: it becomes part of Redis keys, so only characters that need no quoting there.
 CRAWL_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_SITEMAP_DEPTH = 16  # the wire's bound; how deep indexes are read is crawler.parse.sitemaps' MAX_DEPTH
 MAX_VALIDATOR = 512  # an ETag, Last-Modified or signature a refresh may carry (the row's column size)
 
 
@@ -71,6 +72,43 @@ class Refresh:
 
 
 @dataclass(frozen=True, slots=True)
+class SitemapTask:
+    """A message's URL is a sitemap to read, `depth` indexes below the one robots.txt or domains.yaml
+    named; with `find`, the URL is an origin's robots.txt, whose sitemaps are to be found. `round`
+    names the reading of a domain's sitemaps it belongs to: a file is read once per round.
+    `counted`: the task counts in its crawl's counts (a round a crawl's seeds began)."""
+
+    round: str
+    depth: int = 0
+    find: bool = False
+    counted: bool = True
+
+    def encode(self) -> dict[str, Any]:
+        """The task as the message's "sitemap" object."""
+        out: dict[str, Any] = {"round": self.round, "depth": self.depth}
+        if self.find:
+            out["find"] = True
+        if not self.counted:
+            out["counted"] = False
+        return out
+
+    @classmethod
+    def decode(cls, data: Any) -> SitemapTask:
+        """A task from a message's "sitemap" object; InvalidMessage saying what is wrong."""
+        if not isinstance(data, dict):
+            raise InvalidMessage("'sitemap' is not a JSON object")
+        round_, depth, find = data.get("round"), data.get("depth", 0), data.get("find", False)
+        counted = data.get("counted", True)
+        if not isinstance(round_, str) or not CRAWL_ID.fullmatch(round_):
+            raise InvalidMessage("'sitemap.round' is not an id (1-64 letters, digits, '-' or '_')")
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth <= MAX_SITEMAP_DEPTH:
+            raise InvalidMessage(f"'sitemap.depth' is not an integer from 0 to {MAX_SITEMAP_DEPTH}")
+        if not isinstance(find, bool) or not isinstance(counted, bool):
+            raise InvalidMessage("'sitemap.find' or 'sitemap.counted' is not true or false")
+        return cls(round_, depth, find, counted)
+
+
+@dataclass(frozen=True, slots=True)
 class CrawlMessage:
     """One URL to crawl, at `depth` link hops from its seed.
 
@@ -84,6 +122,7 @@ class CrawlMessage:
     via: tuple[str, ...] = ()
     crawl: str | None = None
     refresh: Refresh | None = None  # set: a stored page fetched again on its schedule
+    sitemap: SitemapTask | None = None  # set: not a page, a sitemap (or an origin's sitemaps to find)
 
     def encode(self) -> bytes:
         """The JSON body of this message."""
@@ -94,6 +133,8 @@ class CrawlMessage:
             body["crawl"] = self.crawl
         if self.refresh is not None:
             body["refresh"] = self.refresh.encode()
+        if self.sitemap is not None:
+            body["sitemap"] = self.sitemap.encode()
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -128,7 +169,8 @@ class CrawlMessage:
         if crawl is not None and (not isinstance(crawl, str) or not CRAWL_ID.fullmatch(crawl)):
             raise InvalidMessage("'crawl' is not a crawl id (1-64 letters, digits, '-' or '_')")
         refresh = Refresh.decode(data["refresh"]) if data.get("refresh") is not None else None
-        return cls(url=url, depth=depth, via=tuple(via), crawl=crawl, refresh=refresh)
+        sitemap = SitemapTask.decode(data["sitemap"]) if data.get("sitemap") is not None else None
+        return cls(url=url, depth=depth, via=tuple(via), crawl=crawl, refresh=refresh, sitemap=sitemap)
 
 
 def persistent(body: bytes, priority: int, headers: Mapping[str, Any] | None = None) -> Message:

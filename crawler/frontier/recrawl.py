@@ -18,6 +18,8 @@ from email.utils import parsedate_to_datetime
 from typing import Literal
 
 from crawler.config import Recrawl
+from crawler.frontier.message import CrawlMessage, Refresh
+from crawler.sink.schedule import Due
 
 Found = Literal["new", "changed", "unchanged", "gone", "failed"]
 """What a fetch found: a page seen the first time, its content changed or not, gone, or a failure."""
@@ -89,3 +91,11 @@ def max_age(headers: Mapping[str, str]) -> float | None:
     if sent is None or until.tzinfo is None or sent.tzinfo is None:
         return None
     return max(0.0, (until - sent).total_seconds())
+
+
+def refresh_message(due: Due) -> CrawlMessage:
+    """The message that has a claimed page fetched again, with what its row knows."""
+    # A page gone last time is asked whole: a 304 would not say it is back.
+    etag, last_modified = (due.etag, due.last_modified) if due.gone == 0 else (None, None)
+    refresh = Refresh(etag, last_modified, due.signature, due.interval, due.gone, due.version)
+    return CrawlMessage(due.url, due.depth, crawl=due.crawl, refresh=refresh)

@@ -89,7 +89,7 @@ class Visited(Protocol):
     def extraction_failures(self) -> tuple[str, ...]: ...
 
 
-OutcomeKind = Literal["ok", "failed", "dead", "retried", "invalid", "skipped", "cancelled"]
+OutcomeKind = Literal["ok", "failed", "dead", "retried", "invalid", "skipped", "cancelled", "sitemap"]
 
 AckAfter = Literal["commit", "retry"]
 """What an ack delay runs from: the page's row committed, or its retry copy confirmed by the broker."""
@@ -219,6 +219,19 @@ class Metrics:
             ["domain", "kind"],
             registry=r,
         )
+        self.sitemap_files = Counter(
+            "crawler_sitemap_files",
+            "Sitemap files read, by outcome (read, not_modified, unchanged, redirected, failed, disallowed)",
+            ["domain", "outcome"],
+            registry=r,
+        )
+        self.sitemap_urls = Counter(
+            "crawler_sitemap_urls",
+            "URLs listed by sitemaps, by what they became (discovered, known, modified, sitemaps, "
+            "dropped) and why one was dropped",
+            ["domain", "outcome", "reason"],
+            registry=r,
+        )
         self.inflight = Gauge(
             "crawler_inflight_messages",
             "Messages being processed now (delivered, not acked)",
@@ -324,6 +337,15 @@ class Metrics:
             self.skipped.labels(domain, reason).inc()
         elif kind == "cancelled":
             self.skipped.labels(domain, "cancelled").inc()
+
+    def observe_sitemap_file(self, domain: str, outcome: str) -> None:
+        """A sitemap file's reading came to `outcome`."""
+        self.sitemap_files.labels(domain, outcome).inc()
+
+    def observe_sitemap_url(self, domain: str, outcome: str, reason: str, n: int = 1) -> None:
+        """`n` URLs a sitemap listed came to `outcome` (for "dropped", because of `reason`)."""
+        if n:
+            self.sitemap_urls.labels(domain, outcome, reason).inc(n)
 
     def observe_error(self, domain: str, kind: str) -> None:
         """A failure that is not a fetch's (e.g. "internal": the broker or database failed)."""

@@ -19,6 +19,7 @@ from crawler.config import CrawlConfig
 from crawler.monitor.heartbeat import workers
 from crawler.settings import Settings
 from crawler.sink.schedule import Backlog, Schedule
+from crawler.sink.sitemaps import URL_OUTCOMES, SitemapStore
 from crawler.sink.sql import Sink, migrate
 
 MANAGEMENT_PORT = 15672
@@ -46,6 +47,30 @@ class Freshness:
 
 
 @dataclass(frozen=True, slots=True)
+class Sitemaps:
+    """A domain's sitemap files as last read, and what their URLs became: routed as new, known
+    already, refreshed for their lastmod, or dropped (by reason)."""
+
+    files: int = 0
+    discovered: int = 0
+    known: int = 0
+    modified: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, totals: dict[str, int]) -> Sitemaps:
+        """From a domain's summed readings (SitemapStore.totals)."""
+        dropped = {k: n for k, n in totals.items() if k != "files" and k not in URL_OUTCOMES}
+        return cls(
+            totals.get("files", 0),
+            totals.get("discovered", 0),
+            totals.get("known", 0),
+            totals.get("modified", 0),
+            dropped,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class DomainStatus:
     """One domain's queue and stored pages."""
 
@@ -56,6 +81,7 @@ class DomainStatus:
     pages_per_second: float  # pages stored over the last RATE_WINDOW seconds
     credits: float = 0.0  # fetch-service credits its stored pages were charged (all attempts)
     freshness: Freshness = field(default_factory=Freshness)
+    sitemaps: Sitemaps = field(default_factory=Sitemaps)
 
 
 def management_url(amqp_url: str, api_url: str | None = None) -> tuple[str, str, tuple[str, str]]:
@@ -136,11 +162,12 @@ class _Stored:
     credits: dict[str, float]
     backlog: dict[str, Backlog]
     found: dict[str, dict[str, int]]
+    sitemaps: dict[str, dict[str, int]]
 
 
 def _stored(database_url: str, domains: list[str]) -> _Stored:
     migrate(database_url)
-    sink, schedule = Sink(database_url), Schedule(database_url)
+    sink, schedule, sitemaps = Sink(database_url), Schedule(database_url), SitemapStore(database_url)
     try:
         now = datetime.now(UTC)
         since = now - timedelta(seconds=RATE_WINDOW)
@@ -150,10 +177,12 @@ def _stored(database_url: str, domains: list[str]) -> _Stored:
             sink.credits(),
             schedule.backlog(domains, now),
             schedule.found(domains),
+            sitemaps.totals(domains),
         )
     finally:
         sink.close()
         schedule.close()
+        sitemaps.close()
 
 
 async def _workers(settings: Settings) -> list[dict[str, Any]]:
@@ -194,7 +223,16 @@ async def status(
             stored.found.get(d, {}),
         )
         domains.append(
-            DomainStatus(d, depth, ok, failed, rate, round(stored.credits.get(d, 0.0), 2), freshness)
+            DomainStatus(
+                d,
+                depth,
+                ok,
+                failed,
+                rate,
+                round(stored.credits.get(d, 0.0), 2),
+                freshness,
+                Sitemaps.of(stored.sitemaps.get(d, {})),
+            )
         )
     return {
         "depths_from": source,
@@ -215,20 +253,29 @@ def _queue_rows(data: dict[str, Any]) -> list[list[str]]:
     # some domain paid, or has a schedule.
     paid = any(d.get("credits", 0) for d in data["domains"])
     fresh = any(_scheduled(d.get("freshness")) for d in data["domains"])
+    mapped = any(d.get("sitemaps", {}).get("files") for d in data["domains"])
     head = ["queue", "ready", "unacked", "consumers", "ok", "failed", "pages/s"]
-    rows = [[*head, *(["credits"] if paid else []), *(_FRESHNESS if fresh else [])]]
+    extra = [*(["credits"] if paid else []), *(_FRESHNESS if fresh else []), *(_SITEMAPS if mapped else [])]
+    rows = [[*head, *extra]]
     for d in data["domains"]:
         ok, failed, rate = str(d["pages_ok"]), str(d["pages_failed"]), f"{d['pages_per_second']:.2f}"
         spent = [f"{d.get('credits', 0):g}"] if paid else []
         schedule = _freshness_cells(d["freshness"]) if fresh else []
-        rows.append([d["domain"], *_depth_cells(d["queue"]), ok, failed, rate, *spent, *schedule])
-    blank = [""] * (3 + paid + len(_FRESHNESS) * fresh)
+        read = _sitemap_cells(d["sitemaps"]) if mapped else []
+        rows.append([d["domain"], *_depth_cells(d["queue"]), ok, failed, rate, *spent, *schedule, *read])
+    blank = [""] * (3 + len(extra))
     for q in data["queues"]:
         rows.append([q["name"], *_depth_cells(q), *blank])
     return rows
 
 
 _FRESHNESS = ["due", "overdue", "changed", "unchanged", "gone"]
+_SITEMAPS = ["sitemaps", "listed new", "dropped"]
+
+
+def _sitemap_cells(s: dict[str, Any]) -> list[str]:
+    """A domain's sitemap files read, the URLs they listed first, and those they listed but dropped."""
+    return [str(s["files"]), str(s["discovered"]), str(sum(s["dropped"].values()))]
 
 
 def _scheduled(freshness: dict[str, Any] | None) -> bool:
@@ -263,6 +310,7 @@ def _domains_cell(domains: list[str], most: int = 5) -> str:
 _NUMBERS = {
     *("ready", "unacked", "consumers", "ok", "failed", "pages/s", "credits", "last beat", "pages"),
     *_FRESHNESS,
+    *_SITEMAPS,
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 
 from aio_pika.abc import AbstractRobustConnection
 
@@ -23,6 +24,7 @@ async def scheduling(
     *,
     timing: Timing = DEFAULT_TIMING,
     metrics: SchedulerMetrics | None = None,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> AsyncIterator[Scheduler]:
     """A scheduler publishing on `connection` (a channel of its own, with confirms) from the sink."""
     channel = await connection.channel(publisher_confirms=True)
@@ -31,7 +33,14 @@ async def scheduling(
         await declare(channel, topology(config(), settings.names))
         exchange = await channel.get_exchange(settings.names.frontier, ensure=False)
         yield Scheduler(
-            config, settings.names, schedule, connection, exchange, timing=timing, metrics=metrics
+            config,
+            settings.names,
+            schedule,
+            connection,
+            exchange,
+            timing=timing,
+            metrics=metrics,
+            clock=clock,
         )
     finally:
         schedule.close()

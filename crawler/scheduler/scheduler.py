@@ -21,10 +21,11 @@ from datetime import UTC, datetime, timedelta
 
 from aio_pika.abc import AbstractExchange, AbstractRobustChannel, AbstractRobustConnection
 
-from crawler.config import CrawlConfig
-from crawler.frontier.message import CrawlMessage, Refresh
+from crawler.config import CrawlConfig, Recrawl
 from crawler.frontier.publisher import Outgoing, Publisher
+from crawler.frontier.recrawl import refresh_message
 from crawler.frontier.router import priority_for
+from crawler.frontier.sitemaps import find_task, new_round
 from crawler.frontier.urls import host_of
 from crawler.names import Names
 from crawler.scheduler.metrics import SchedulerMetrics
@@ -38,6 +39,7 @@ LEASE = 1800.0  # seconds a published page stays claimed: after it, a lost refre
 BATCH = 1_000  # pages claimed and published at once
 POLL = 1.0  # seconds between passes that published nothing
 BACKLOG_EVERY = 15.0  # seconds between reads of the backlog (the due gauges)
+SITEMAPS_EVERY = 60.0  # seconds between looks for origins whose sitemaps are due to be read again
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,7 @@ class Timing:
     lease: float = LEASE
     batch: int = BATCH
     poll: float = POLL
+    sitemaps: float = SITEMAPS_EVERY
 
 
 DEFAULT_TIMING = Timing()
@@ -112,16 +115,50 @@ class Scheduler:
         self._pending = True
         return await asyncio.to_thread(self._schedule.make_due, domains, self._clock())
 
+    async def read_sitemaps(self, domains: Sequence[str] | None = None, *, every: bool = False) -> int:
+        """Begin a round of reading the sitemaps of `domains` (default: those that recrawl) at each
+        origin due for one (its domain's recrawl `every` after the last), or at every origin of them
+        with `every`: a find task per origin, ahead of the pages. How many rounds began."""
+        config = self._config()
+        began = 0
+        for domain in domains or self.recrawling():
+            rules = config.rules_for(domain)
+            if rules.sitemaps is False:
+                continue
+            interval = None if every else (rules.recrawl or Recrawl()).every
+            origins = await asyncio.to_thread(self._schedule.sitemap_rounds, domain, interval, self._clock())
+            if not origins:
+                continue
+            round_ = new_round()
+            # Not counted in the crawl: like a refresh, a round only adds the URLs it routes there.
+            tasks = [find_task(origin, round_, crawl, counted=False) for origin, crawl in origins]
+            outcomes = await self._publisher.publish(tasks)
+            failed = sum(1 for o in outcomes if o is not None)
+            if failed:
+                log.warning(
+                    "%s: %d of %d sitemap rounds not confirmed by RabbitMQ: they begin again after "
+                    "the domain's recrawl interval, or at the next `crawler recrawl`",
+                    domain,
+                    failed,
+                    len(tasks),
+                )
+            began += len(tasks) - failed
+        return began
+
     async def run(
         self,
         stop: asyncio.Event,
         domains: Sequence[str] | None = None,
         on_pass: Callable[[], None] = lambda: None,
     ) -> None:
-        """Publish what is due until `stop` is set: a pass, then another at once while it published."""
-        backlog_at = -math.inf
+        """Publish what is due until `stop` is set: a pass, then another at once while it published.
+        Each domain's sitemaps are read again first when its recrawl interval has passed."""
+        backlog_at = sitemaps_at = -math.inf
         loop = asyncio.get_running_loop()
         while not stop.is_set():
+            if loop.time() - sitemaps_at >= self._timing.sitemaps:
+                await self.read_sitemaps(domains)
+                sitemaps_at = loop.time()
             published = await self.publish_due(domains)
             on_pass()
             if published:
@@ -163,7 +200,8 @@ class Scheduler:
         """Publish claimed pages; those not confirmed stay leased, and are published again after it."""
         rules = self._config().rules_for(domain)
         outgoing = [
-            Outgoing(host_of(d.url), _message(d).encode(), priority_for(d.url, d.depth, rules)) for d in due
+            Outgoing(host_of(d.url), refresh_message(d).encode(), priority_for(d.url, d.depth, rules))
+            for d in due
         ]
         outcomes = await self._publisher.publish(outgoing)
         failed = sum(1 for o in outcomes if o is not None)
@@ -179,10 +217,3 @@ class Scheduler:
         sent = len(due) - failed
         self._metrics.published(domain, sent)
         return sent
-
-
-def _message(due: Due) -> CrawlMessage:
-    # A page gone last time is asked whole: a 304 would not say it is back.
-    etag, last_modified = (due.etag, due.last_modified) if due.gone == 0 else (None, None)
-    refresh = Refresh(etag, last_modified, due.signature, due.interval, due.gone, due.version)
-    return CrawlMessage(due.url, due.depth, crawl=due.crawl, refresh=refresh)

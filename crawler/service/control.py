@@ -14,7 +14,7 @@ from typing import Any
 from crawler.config import CrawlConfig, with_dedup_mode
 from crawler.errors import BadURL, ConfigError, NotFound
 from crawler.frontier import dead
-from crawler.frontier.crawls import CrawlOptions, CrawlState, pending
+from crawler.frontier.crawls import CrawlOptions, CrawlState, pending, sitemaps_pending
 from crawler.frontier.urls import canonicalise
 from crawler.monitor.heartbeat import workers
 from crawler.monitor.status import status
@@ -101,7 +101,9 @@ def _reported(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
 
 def _done(counts: dict[str, dict[str, int]]) -> bool:
     """Whether everything a crawl queued has come to an outcome."""
-    return bool(counts) and all(pending(c) == 0 and c.get("retrying", 0) <= 0 for c in counts.values())
+    return bool(counts) and all(
+        pending(c) == 0 and sitemaps_pending(c) == 0 and c.get("retrying", 0) <= 0 for c in counts.values()
+    )
 
 
 def check_crawl(config: CrawlConfig, new: NewCrawl) -> tuple[list[str], tuple[str, ...] | None]:
@@ -275,11 +277,18 @@ class Control:
         async with scheduling(self.settings, lambda: self.config, self._f.connection) as scheduler:
             if every:
                 await scheduler.make_due(chosen)
+            await scheduler.read_sitemaps(chosen, every=True)  # ahead of the pages, in their queues
             published = await scheduler.publish_due(chosen)
             left = await scheduler.backlog(chosen)
         return RecrawlView(
             {d: published.get(d, 0) for d in chosen}, {d: left[d].due if d in left else 0 for d in chosen}
         )
+
+    async def read_sitemaps(self, domain: str) -> int:
+        """Begin a round of reading `domain`'s sitemaps at each of its origins now; how many."""
+        chosen = self._domain(domain)
+        async with scheduling(self.settings, lambda: self.config, self._f.connection) as scheduler:
+            return await scheduler.read_sitemaps(chosen, every=True)
 
     # Stored pages
 

@@ -1,25 +1,28 @@
 """The recrawl schedule kept in the sink: each stored page's `next_fetch_at`, read through an index per
 domain. Due pages are claimed with a lease (their `next_fetch_at` moved to the lease's end, in the same
 statement), so no two schedulers publish one page; a page whose refresh was lost is due again when the
-lease ends. On PostgreSQL the claim skips rows another claim holds (FOR UPDATE SKIP LOCKED); SQLite
-runs one writer at a time, so its claims cannot overlap.
+lease ends. An origin's round of sitemap reading is claimed the same way. On PostgreSQL the claim
+skips rows another claim holds (FOR UPDATE SKIP LOCKED); SQLite runs one writer at a time, so its
+claims cannot overlap.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TypeVar
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar, overload
+from urllib.parse import urlsplit
 
 from sqlalchemy import ColumnElement, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from crawler.errors import SinkError
 from crawler.sink.crawls import Crawl
 from crawler.sink.sql import create_sink_engine, engine_url
-from crawler.sink.tables import Page
+from crawler.sink.tables import Page, SitemapOrigin
 
 T = TypeVar("T")
 
@@ -55,6 +58,7 @@ class Schedule:
         url = engine_url(database_url)
         self._redacted = url.render_as_string(hide_password=True)
         self._skip_locked = url.get_backend_name() == "postgresql"
+        self._dialect: Any = postgresql if self._skip_locked else sqlite
         self._engine = create_sink_engine(url)
 
     def claim(self, domain: str, limit: int, now: datetime, lease_until: datetime) -> list[Due]:
@@ -68,21 +72,75 @@ class Schedule:
             update(Page)
             .where(Page.id.in_(due.scalar_subquery()))
             .values(next_fetch_at=lease_until.astimezone(UTC))
-            .returning(
-                Page.url,
-                Page.domain,
-                Page.depth,
-                Page.crawl_id,
-                Page.etag,
-                Page.last_modified,
-                Page.signature,
-                Page.fetch_interval,
-                Page.gone,
-                Page.version,
-            )
+            .returning(*_DUE)
         )
         rows = self._run("claiming due pages", lambda conn: conn.execute(stmt).all(), write=True)
         return [Due(*tuple(row)) for row in rows]
+
+    def claim_modified(
+        self, modified: Mapping[str, datetime], now: datetime, lease_until: datetime
+    ) -> list[Due]:
+        """The stored pages among `modified` (canonical URL -> a sitemap's lastmod) last fetched
+        before their lastmod: due at once, claimed as `claim` does, whatever their schedule."""
+        if not modified:
+            return []
+        stmt = select(Page.id, Page.url, Page.fetched_at).where(Page.url.in_(list(modified)), *_live())
+        if self._skip_locked:
+            stmt = stmt.with_for_update(skip_locked=True)
+
+        def claim(conn: Connection) -> list[Due]:
+            stale = [id_ for id_, url, fetched in conn.execute(stmt) if _utc(fetched) < modified[url]]
+            if not stale:
+                return []
+            rows = conn.execute(
+                update(Page)
+                .where(Page.id.in_(stale))
+                .values(next_fetch_at=lease_until.astimezone(UTC))
+                .returning(*_DUE)
+            ).all()
+            return [Due(*tuple(row)) for row in rows]
+
+        return self._run("claiming pages a sitemap says changed", claim, write=True)
+
+    def sitemap_rounds(self, domain: str, every: float | None, now: datetime) -> list[tuple[str, str | None]]:
+        """The origins of `domain` whose sitemaps are due to be read again (all of them when `every`
+        is None), with the crawl their URLs join, marked as read now. A domain none of whose origins
+        was read yet takes the origin of one of its stored pages."""
+        since = now.astimezone(UTC) - timedelta(seconds=every or 0)
+        due = select(SitemapOrigin.origin).where(SitemapOrigin.domain == domain)
+        if every is not None:
+            due = due.where(SitemapOrigin.round_at <= since)
+        if self._skip_locked:
+            due = due.with_for_update(skip_locked=True)
+
+        def claim(conn: Connection) -> list[tuple[str, str | None]]:
+            known = conn.execute(
+                select(func.count()).select_from(SitemapOrigin).where(SitemapOrigin.domain == domain)
+            ).scalar_one()
+            if not known:
+                page = conn.execute(
+                    select(Page.url, Page.crawl_id).where(Page.domain == domain).limit(1)
+                ).first()
+                if page is None:
+                    return []
+                first = self._dialect.insert(SitemapOrigin).values(
+                    origin=_origin(page.url),
+                    domain=domain,
+                    crawl_id=page.crawl_id,
+                    round_at=now.astimezone(UTC),
+                )
+                # Another scheduler may begin the same first round: one of the two does.
+                began = conn.execute(first.on_conflict_do_nothing().returning(SitemapOrigin.origin)).first()
+                return [(began[0], page.crawl_id)] if began is not None else []
+            rows = conn.execute(
+                update(SitemapOrigin)
+                .where(SitemapOrigin.origin.in_(due.scalar_subquery()))
+                .values(round_at=now.astimezone(UTC))
+                .returning(SitemapOrigin.origin, SitemapOrigin.crawl_id)
+            ).all()
+            return [(origin, crawl) for origin, crawl in rows]
+
+        return self._run("claiming sitemap rounds", claim, write=True)
 
     def backlog(self, domains: Collection[str], now: datetime) -> dict[str, Backlog]:
         """Per domain with pages due at `now`: how many, and the oldest one's due time."""
@@ -121,16 +179,41 @@ class Schedule:
             raise SinkError(f"{what} in {self._redacted} failed: {text}") from exc
 
 
+# What a claim returns of each page: the fields of Due, in order.
+_DUE = (
+    Page.url,
+    Page.domain,
+    Page.depth,
+    Page.crawl_id,
+    Page.etag,
+    Page.last_modified,
+    Page.signature,
+    Page.fetch_interval,
+    Page.gone,
+    Page.version,
+)
+
+
+def _live() -> tuple[ColumnElement[bool], ...]:
+    """Pages whose crawl is neither cancelled nor deleted."""
+    live = select(Crawl.id).where(Crawl.state != "cancelled")
+    return (or_(Page.crawl_id.is_(None), Page.crawl_id.in_(live.scalar_subquery())),)
+
+
 def _due(domains: Collection[str], now: datetime) -> tuple[ColumnElement[bool], ...]:
     """Pages of `domains` due at `now`, whose crawl is neither cancelled nor deleted."""
-    live = select(Crawl.id).where(Crawl.state != "cancelled")
-    return (
-        Page.domain.in_(list(domains)),
-        Page.next_fetch_at <= now.astimezone(UTC),
-        or_(Page.crawl_id.is_(None), Page.crawl_id.in_(live.scalar_subquery())),
-    )
+    return (Page.domain.in_(list(domains)), Page.next_fetch_at <= now.astimezone(UTC), *_live())
 
 
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+@overload
+def _utc(when: datetime) -> datetime: ...
+@overload
+def _utc(when: None) -> None: ...
 def _utc(when: datetime | None) -> datetime | None:
     # SQLite hands back naive times, which are UTC.
     if when is None or when.tzinfo is not None:

@@ -149,9 +149,9 @@ def first_line(exc: DBAPIError) -> str:
     return text.splitlines()[0]
 
 
-def _text(value: str | None, limit: int | None = None) -> str | None:
-    # What a hostile server sent must not make a row unstorable: PostgreSQL refuses NUL in text,
-    # and a value longer than its column. (An unstorable row would be retried for ever.)
+def clean_text(value: str | None, limit: int | None = None) -> str | None:
+    """Text a server sent, storable: no NUL (PostgreSQL refuses it), at most `limit` characters."""
+    # An unstorable row would be retried for ever.
     if value is None:
         return None
     return value.replace("\x00", "\ufffd")[:limit]
@@ -160,9 +160,9 @@ def _text(value: str | None, limit: int | None = None) -> str | None:
 def _json(value: Any) -> Any:
     # Fields are text, numbers, lists and groups now: clean the text wherever it sits.
     if isinstance(value, str):
-        return _text(value)
+        return clean_text(value)
     if isinstance(value, dict):
-        return {_text(str(k)) or "": _json(v) for k, v in value.items()}
+        return {clean_text(str(k)) or "": _json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json(v) for v in value]
     return value
@@ -171,23 +171,23 @@ def _json(value: Any) -> Any:
 def _record_row(record: PageRecord) -> dict[str, Any]:
     data = record.data and _json(record.data)
     return {
-        "url": _text(record.url),
-        "final_url": _text(record.final_url),
+        "url": clean_text(record.url),
+        "final_url": clean_text(record.final_url),
         "domain": record.domain,
         "status_code": record.status_code,
-        "content_type": _text(record.content_type, CONTENT_TYPE_LENGTH),
-        "error": _text(record.error),
+        "content_type": clean_text(record.content_type, CONTENT_TYPE_LENGTH),
+        "error": clean_text(record.error),
         "depth": record.depth,
-        "title": _text(record.title),
+        "title": clean_text(record.title),
         "data": data,
         "fetched_at": record.fetched_at.astimezone(UTC),
         "attempts": record.attempts,
         "credits": record.credits,
-        "exit_id": _text(record.exit_id, EXIT_ID_LENGTH),
+        "exit_id": clean_text(record.exit_id, EXIT_ID_LENGTH),
         "crawl_id": record.crawl,
         "rendered": record.rendered,
-        "etag": _text(record.etag, ETAG_LENGTH),
-        "last_modified": _text(record.last_modified, LAST_MODIFIED_LENGTH),
+        "etag": clean_text(record.etag, ETAG_LENGTH),
+        "last_modified": clean_text(record.last_modified, LAST_MODIFIED_LENGTH),
         "signature": record.signature,
         "changed_at": record.changed_at and record.changed_at.astimezone(UTC),
         "found": record.found,

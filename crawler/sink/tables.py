@@ -1,4 +1,5 @@
-"""The tables: `pages` (the latest state of each crawled URL) and `page_versions` (its history)."""
+"""The tables: `pages` (the latest state of each crawled URL), `page_versions` (its history), and
+the sitemaps read (`sitemaps`) and the origins whose sitemaps are read in rounds (`sitemap_origins`)."""
 
 from __future__ import annotations
 
@@ -105,3 +106,36 @@ class PageVersion(Base):
     crawl_id: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (UniqueConstraint("page_id", "version", name="uq_page_versions_page_id_version"),)
+
+
+class SitemapFile(Base):
+    """A sitemap file as its last reading found it (the `sitemaps` table): its validators and
+    signature, to skip an unchanged one, and what its URLs became."""
+
+    __tablename__ = "sitemaps"
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    url: Mapped[str] = mapped_column(Text, unique=True, nullable=False)
+    domain: Mapped[str] = mapped_column(String(253), index=True)
+    depth: Mapped[int] = mapped_column(Integer)  # indexes above it
+    read_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    outcome: Mapped[str] = mapped_column(String(16))  # read, not_modified, unchanged, failed, ...
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    kind: Mapped[str | None] = mapped_column(String(16))  # urlset, sitemapindex, text, rss, atom
+    etag: Mapped[str | None] = mapped_column(String(ETAG_LENGTH))
+    last_modified: Mapped[str | None] = mapped_column(String(LAST_MODIFIED_LENGTH))
+    signature: Mapped[str | None] = mapped_column(String(64))
+    counts: Mapped[dict[str, int] | None] = mapped_column(JSON)  # what its entries became, by outcome
+    note: Mapped[str | None] = mapped_column(Text)  # why it failed, or where it was cut
+
+
+class SitemapOrigin(Base):
+    """An origin whose sitemaps are read (the `sitemap_origins` table): the crawl its URLs join, and
+    when its last round of reading began."""
+
+    __tablename__ = "sitemap_origins"
+
+    origin: Mapped[str] = mapped_column(String(300), primary_key=True)
+    domain: Mapped[str] = mapped_column(String(253), index=True)
+    crawl_id: Mapped[str | None] = mapped_column(String(64))
+    round_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -13,7 +13,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from aio_pika.abc import AbstractIncomingMessage, AbstractRobustChannel, AbstractRobustConnection
+from aio_pika.abc import (
+    AbstractExchange,
+    AbstractIncomingMessage,
+    AbstractRobustChannel,
+    AbstractRobustConnection,
+)
+from redis.asyncio import Redis
 
 from crawler.changes.feed import ChangeFeed
 from crawler.config import CrawlConfig
@@ -21,13 +27,17 @@ from crawler.dedup.store import SeenStore
 from crawler.errors import BackendHalt
 from crawler.frontier.crawls import CrawlState
 from crawler.frontier.exchanges import declare, topology, work_queues
+from crawler.frontier.publisher import Publisher
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.recovery import Recovery
 from crawler.frontier.router import Router
+from crawler.frontier.sitemaps import SitemapTasks
 from crawler.monitor import readings
 from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import CLOSE_WAIT, Names
 from crawler.sink.groupcommit import GroupCommit
+from crawler.sink.schedule import Schedule
+from crawler.sink.sitemaps import SitemapStore
 from crawler.worker.admission import Admission
 from crawler.worker.announce import Announcer
 from crawler.worker.cost import Cost
@@ -41,6 +51,7 @@ from crawler.worker.pipeline import Pipeline
 from crawler.worker.reload import ConfigWatcher
 from crawler.worker.settling import Settling
 from crawler.worker.signals import drain_on_signals
+from crawler.worker.sitemaps import Listing, SitemapReading
 from crawler.worker.subscriptions import Subscriptions
 from crawler.worker.tuning import DEFAULT_TUNING, Tuning
 
@@ -62,6 +73,9 @@ class Parts:
     crawls: CrawlState | None = None  # cancelled crawls and paused domains; None: neither (tests)
     recovery: Recovery | None = None  # pages queued twice after Redis was lost; None: not checked
     admission: Admission | None = None  # a page's checks in one round trip; None: one by one
+    redis: Redis | None = None  # what sitemap rounds have read; None: sitemap tasks unread
+    sitemap_store: SitemapStore | None = None  # sitemaps as last read; None: sitemap tasks unread
+    schedule: Schedule | None = None  # to refresh pages a sitemap's lastmod moved
 
 
 class Consumer:
@@ -158,6 +172,7 @@ class Consumer:
                 recovery=parts.recovery,
                 admission=parts.admission,
                 announcer=Announcer(ChangeFeed(changes), parts.writes, self.tuning.short_retry_wait),
+                sitemaps=self._sitemaps(router, frontier),
             )
             reload = self.watcher.wake.set if self.watcher else lambda: None
             with drain_on_signals(self.stop, reload, self.grace):
@@ -180,6 +195,19 @@ class Consumer:
                                 task.cancel()
         finally:
             await self._close(publisher)
+
+    def _sitemaps(self, router: Router, frontier: AbstractExchange) -> SitemapReading | None:
+        parts = self.parts
+        if parts.redis is None or parts.sitemap_store is None or parts.schedule is None:
+            return None
+        return SitemapReading(
+            self.live,
+            parts.visitor,
+            Listing(self.live, router, Publisher(frontier), parts.schedule),
+            SitemapTasks(self.live.scope, frontier, parts.redis, self.names),
+            parts.sitemap_store,
+            self.metrics,
+        )
 
     async def _close(self, publisher: AbstractRobustChannel) -> None:
         # A blocked connection's channel would wait for its close-ok as long as the alarm lasts.

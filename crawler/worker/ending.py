@@ -45,16 +45,17 @@ class Endings:
     ) -> dict[tuple[str, str], int] | None:
         """An outcome's changes to its crawl's counts; one back from a retry tier is no longer waiting.
 
-        A refresh was never routed into its crawl, so only the links it routes count there.
+        A refresh was never routed into its crawl, so only the links it routes count there; nor was
+        a sitemap task of a round its seeds did not begin. A sitemap task counts as one done.
         """
         if crawl.crawl is None or self._crawls is None:
             return None
-        if crawl.refresh is not None:
+        if crawl.refresh is not None or (crawl.sitemap is not None and not crawl.sitemap.counted):
             return {}
         back = hdr.HEADER_RETRY_TIER in (message.headers or {})
         changes = {(domain, "retrying"): (kind == "retried") - back}
         if kind != "retried":
-            changes[domain, kind] = 1
+            changes[domain, "sitemaps_done" if crawl.sitemap is not None else kind] = 1
         return changes
 
     async def done(

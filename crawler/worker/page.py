@@ -136,6 +136,11 @@ class Visitor:
         self._max_retry_after = max_retry_after
 
     @property
+    def fetcher(self) -> Fetcher:
+        """The fetch layer the visits go through."""
+        return self._fetcher
+
+    @property
     def limiter(self) -> RateLimiter:
         """The fleet-wide rate limiter the visits take their tokens from."""
         return self._limiter
@@ -173,7 +178,7 @@ class Visitor:
         if admitted is not None:
             crawl_delay = admitted.crawl_delay
         elif rules.obey_robots:
-            verdict = await self._robots.check(url, rules, self._hop)
+            verdict = await self._robots.check(url, rules, self.hop)
             if verdict.unavailable is not None:
                 return Outcome(
                     replace(record, error=verdict.unavailable), (), Failure("transient", verdict.unavailable)
@@ -300,7 +305,7 @@ class Visitor:
             return Outcome(replace(record, error=failure.error), (), failure, waited, fetched)
         return Outcome(record, (), None, waited, fetched, redirect=target)
 
-    async def _hop(self, url: str) -> None:
+    async def hop(self, url: str) -> None:
         """Clear one request of a followed chain: in scope, and a token from its own domain's bucket."""
         canonical = self._scope.canonical(url)
         domain = self._scope.domain(canonical) or host_of(canonical)

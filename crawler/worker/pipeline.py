@@ -40,6 +40,7 @@ from crawler.worker.page import Outcome, Visitor
 from crawler.worker.parking import Parking, attempts_of
 from crawler.worker.refresh import settle
 from crawler.worker.settling import Done, Settling
+from crawler.worker.sitemaps import SitemapReading
 
 log = logging.getLogger(__name__)
 pages_log = logging.getLogger("crawler.pages")  # one line per page outcome: verbose
@@ -65,9 +66,11 @@ class Pipeline:
         recovery: Recovery | None = None,
         admission: Admission | None = None,
         announcer: Announcer | None = None,
+        sitemaps: SitemapReading | None = None,
     ) -> None:
         self._live = live
         self._announcer = announcer  # None: no change feed (tests)
+        self._sitemaps = sitemaps  # None: sitemap tasks are acked unread (tests)
         self._visitor = visitor
         self._cost = cost
         self._router = router
@@ -111,6 +114,8 @@ class Pipeline:
             await self._parking.dead(message, domain, attempts, Failure("invalid", str(exc)))
             return await self._ends.done(message, domain, "invalid")
         options = await self._options(crawl.crawl)
+        if crawl.sitemap is not None:
+            return await self._sitemap(domain, message, crawl, url, attempts, options)
         rules = self._live.rules(domain)
         # A page counts against max_pages once, on its first try (not again when returned unfetched);
         # a refresh, never: it was counted when it was new.
@@ -204,6 +209,38 @@ class Pipeline:
             confirms=confirms,
             done_at=committed,
         )
+
+    async def _sitemap(
+        self,
+        domain: str,
+        message: AbstractIncomingMessage,
+        crawl: CrawlMessage,
+        url: str,
+        attempts: int,
+        options: CrawlOptions,
+    ) -> None:
+        """A sitemap task: done (its reading stored, its URLs confirmed), retried, or set aside."""
+        if self._sitemaps is None or await self._gate.cancelled(crawl.crawl):
+            return await self._ends.done(message, domain, "cancelled")
+        done = await self._sitemaps.handle(domain, url, crawl, options)
+        finished = Done("commit", time.monotonic())
+        if lost(message):
+            return self.abandon(domain, message, " while its sitemap was read")
+        failure = done.failure
+        delay = self._delay(domain, attempts, failure)
+        if failure is not None and delay is not None:
+            log.info("%s %s: sitemap task to retry in %.0fs: %s", domain, url, delay.seconds, failure.error)
+            return await self._ends.retried(message, domain, crawl, attempts, delay, failure)
+        if failure is not None:
+            log.info("%s %s: sitemap task failed: %s", domain, url, failure.error)
+            if failure.transient:
+                await self._parking.dead(message, domain, attempts, failure)
+        counts = self._ends.changes(message, crawl, domain, "sitemap")
+        if counts is not None:
+            counts = {**counts}
+            for key, n in done.counts.items():
+                counts[key] = counts.get(key, 0) + n
+        await self._ends.done(message, domain, "sitemap", crawl=crawl.crawl, counts=counts, done_at=finished)
 
     def _read(self, domain: str, message: AbstractIncomingMessage) -> tuple[CrawlMessage, str]:
         """The message and its canonical URL; InvalidMessage or BadURL if it cannot be crawled here."""

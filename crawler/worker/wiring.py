@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
-from aio_pika.abc import AbstractRobustConnection
+from aio_pika.abc import AbstractExchange, AbstractRobustConnection
 from redis.asyncio import Redis
 
 from crawler import connections
@@ -18,17 +19,21 @@ from crawler.fetch.aio import AiohttpFetcher
 from crawler.fetch.api import ApiEndpoint, ApiFetcher, RoutingFetcher
 from crawler.fetch.fetcher import BoundedFetcher, Fetcher, HttpFetcher
 from crawler.fetch.ratelimit import RateLimiter
-from crawler.fetch.robots import Robots
+from crawler.fetch.robots import Robots, origin_of
 from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.exchanges import declare, topology, work_queues
+from crawler.frontier.publisher import Publisher
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.recovery import Recovery
-from crawler.frontier.router import Routed, Router
-from crawler.frontier.urls import canonicalise
+from crawler.frontier.router import PublishFailed, Routed, Router
+from crawler.frontier.sitemaps import find_task, new_round
+from crawler.frontier.urls import canonicalise, host_of
 from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import Names
 from crawler.settings import Settings
 from crawler.sink.groupcommit import GroupCommit
+from crawler.sink.schedule import Schedule
+from crawler.sink.sitemaps import SitemapStore
 from crawler.sink.sql import Sink, migrate
 from crawler.worker.admission import Admission
 from crawler.worker.consumer import Consumer, Parts
@@ -97,16 +102,28 @@ def parts(
     fetcher: Fetcher,
     metrics: Metrics,
     backend: str = "gateway",
+    database_url: str | None = None,
 ) -> Parts:
     """A consumer's parts, each made once: the live configuration, the page visit, dedup, quota, cost
-    and writes."""
+    and writes; with `database_url`, what sitemap tasks read and write in the sink."""
     live = LiveConfig(config)
     cost = Cost(f.redis, names, metrics, backend)
     quota = PageQuota(f.redis, names)
     visit = visitor(live, f.redis, names, fetcher)
     admission = Admission(f.redis, names, visit.limiter, visit.robots, live.rules)
     return Parts(
-        live, visit, f.seen, quota, cost, GroupCommit(sink), CrawlState(f.redis, names), f.recovery, admission
+        live,
+        visit,
+        f.seen,
+        quota,
+        cost,
+        GroupCommit(sink),
+        CrawlState(f.redis, names),
+        f.recovery,
+        admission,
+        f.redis,
+        SitemapStore(database_url) if database_url else None,
+        Schedule(database_url) if database_url else None,
     )
 
 
@@ -202,12 +219,40 @@ async def seed_into(
             domains=options.domains,
             max_depth=options.max_depth,
         )
+        tasks = await _find_sitemaps(exchange, config, seeds, crawl, options)
     finally:
         await channel.close()
-    if crawl is not None and routed.by_domain:
+    if crawl is not None and (routed.by_domain or tasks):
         counts = {(d, "routed"): n for d, n in routed.by_domain.items()}
+        counts.update({(d, "sitemaps_queued"): n for d, n in tasks.items()})
         await CrawlState(f.redis, settings.names).count(crawl, counts)
     return routed
+
+
+async def _find_sitemaps(
+    exchange: AbstractExchange,
+    config: CrawlConfig,
+    seeds: Sequence[str],
+    crawl: str | None,
+    options: CrawlOptions,
+) -> Counter[str]:
+    """Begin a round of reading the sitemaps of the seeds' origins, in the domains that read them;
+    the find tasks published, per domain."""
+    origins: dict[str, str] = {}
+    for seed in seeds:
+        domain = config.domain_of(host_of(seed))
+        if domain is None or (options.domains is not None and domain not in options.domains):
+            continue
+        if config.rules_for(domain).sitemaps is not False:
+            origins.setdefault(origin_of(seed), domain)
+    if not origins:
+        return Counter()
+    round_ = new_round()
+    outcomes = await Publisher(exchange).publish([find_task(o, round_, crawl) for o in origins])
+    failed = [o for o, outcome in zip(origins, outcomes, strict=True) if outcome is not None]
+    if failed:
+        raise PublishFailed(f"{len(failed)} of {len(origins)} sitemap tasks were not confirmed")
+    return Counter(origins.values())
 
 
 async def consume(
@@ -255,8 +300,14 @@ async def consume(
             # More domains than one connection's channels: another connection, closed with the rest.
             return await stack.enter_async_context(connections.broker(settings.amqp_url, role))
 
+        made = parts(
+            f, settings.names, config, sink, fetcher, monitoring.metrics, backend, settings.database_url
+        )
+        for closing in (made.sitemap_store, made.schedule):
+            if closing is not None:
+                stack.callback(closing.close)
         consumer = Consumer(
-            parts(f, settings.names, config, sink, fetcher, monitoring.metrics, backend),
+            made,
             settings.names,
             f.connection,
             chosen if domains else None,

@@ -20,7 +20,7 @@ import pytest
 from crawler.config import CrawlConfig, Rules, parse_config
 from crawler.errors import BadResponse, BadURL, FetchError, FetchTimeout, Refused, TooLarge, TooManyRedirects
 from crawler.fetch.aio import AiohttpFetcher
-from crawler.fetch.fetcher import BoundedFetcher, HttpFetcher, follow
+from crawler.fetch.fetcher import BoundedFetcher, HttpFetcher, follow, streamed
 from crawler.frontier.urls import canonicalise
 from demo.site import Reply, Route, Site, free_port, page, serve
 from tests.support.hostile import brotli_bomb, deflate_bomb, double_gzip_bomb, gzip_bomb, trickle
@@ -302,3 +302,50 @@ async def test_without_allow_networks_even_the_site_is_refused(
             await fetcher.fetch(f"http://hostile.test:{port}/", RULES)
     finally:
         await fetcher.aclose()
+
+
+async def _streamed(
+    fetcher: object, url: str, rules: Rules, stop_after: int | None = None
+) -> tuple[int, bytes]:
+    got = []
+    async with streamed(fetcher, url, rules) as answer:  # type: ignore[arg-type]
+        async for piece in answer.pieces:
+            got.append(piece)
+            if stop_after is not None and sum(map(len, got)) >= stop_after:
+                break
+        return answer.status_code, b"".join(got)
+
+
+@pytest.mark.parametrize("path", ["/", "/gzip", "/br", "/binary"])
+async def test_a_streamed_body_is_the_fetched_body_decoded_whatever_its_type(
+    hostile: Hostile, path: str
+) -> None:
+    status, body = await _streamed(hostile.fetcher, hostile.url(path), RULES)
+    whole = await hostile.fetcher.fetch(hostile.url(path), RULES, html_only=False)
+    assert status == 200 and body == whole.body and body
+
+
+async def test_a_streamed_bomb_stops_at_the_limit_and_a_reader_may_stop_first(hostile: Hostile) -> None:
+    read, largest = 0, 0
+    with pytest.raises(TooLarge):
+        async with streamed(hostile.fetcher, hostile.url("/bomb.gz"), RULES) as answer:
+            async for piece in answer.pieces:  # counted, not kept: what the fetch layer holds is a piece
+                read, largest = read + len(piece), max(largest, len(piece))
+    assert read <= LIMIT and largest <= 256 * 1024
+    status, body = await _streamed(hostile.fetcher, hostile.url("/big-stream"), RULES, stop_after=100_000)
+    assert status == 200 and 100_000 <= len(body) < 2_000_000  # the rest was never read
+
+
+async def test_a_streamed_redirect_has_no_body_and_a_fetcher_without_streams_reads_it_whole(
+    hostile: Hostile,
+) -> None:
+    status, body = await _streamed(hostile.fetcher, hostile.url("/redirect-ok"), RULES)
+    assert (status, body) == (302, b"")
+
+    class Whole:  # a fetch service's fetcher: no stream()
+        async def fetch(
+            self, url: str, rules: Rules, *, html_only: bool = True, headers: object = None
+        ) -> object:
+            return await hostile.fetcher.fetch(url, rules, html_only=html_only)
+
+    assert await _streamed(Whole(), hostile.url("/gzip"), RULES) == (200, HOME)

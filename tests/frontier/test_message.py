@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crawler.errors import InvalidMessage
-from crawler.frontier.message import MAX_MESSAGE_BYTES, CrawlMessage, Refresh
+from crawler.frontier.message import MAX_MESSAGE_BYTES, CrawlMessage, Refresh, SitemapTask
 
 
 def test_round_trip() -> None:
@@ -20,6 +20,13 @@ def test_a_refresh_carries_its_rows_validators_signature_interval_and_gone_count
     assert CrawlMessage.decode(message.encode()) == message
     bare = CrawlMessage("http://a.test/", refresh=Refresh())
     assert CrawlMessage.decode(bare.encode()).refresh == Refresh()
+
+
+def test_a_sitemap_task_carries_its_round_depth_and_kind() -> None:
+    for task in (SitemapTask("r1", find=True), SitemapTask("r1", 2), SitemapTask("r2", 0, counted=False)):
+        message = CrawlMessage("http://a.test/sitemap.xml", crawl="c1", sitemap=task)
+        assert CrawlMessage.decode(message.encode()) == message
+    assert CrawlMessage.decode(b'{"v": 1, "url": "http://a.test/"}').sitemap is None
 
 
 def test_fields_a_newer_worker_adds_are_ignored() -> None:
@@ -54,6 +61,11 @@ def test_fields_a_newer_worker_adds_are_ignored() -> None:
         (b'{"v": 1, "url": "http://a.test/", "refresh": {"interval": -1}}', "'refresh.interval'"),
         (b'{"v": 1, "url": "http://a.test/", "refresh": {"interval": true}}', "'refresh.interval'"),
         (b'{"v": 1, "url": "http://a.test/", "refresh": {"gone": "2"}}', "'refresh.gone'"),
+        (b'{"v": 1, "url": "http://a.test/", "sitemap": 1}', "'sitemap' is not a JSON object"),
+        (b'{"v": 1, "url": "http://a.test/", "sitemap": {}}', "'sitemap.round'"),
+        (b'{"v": 1, "url": "http://a.test/", "sitemap": {"round": "a b"}}', "'sitemap.round'"),
+        (b'{"v": 1, "url": "http://a.test/", "sitemap": {"round": "r", "depth": 17}}', "'sitemap.depth'"),
+        (b'{"v": 1, "url": "http://a.test/", "sitemap": {"round": "r", "find": 1}}', "'sitemap.find'"),
     ],
 )
 def test_invalid_messages_say_what_is_wrong(body: bytes, why: str) -> None:

@@ -72,6 +72,7 @@ def write_domains(path: Path, site: BanningSite, **top: object) -> Path:
                     "burst": 10,
                     "obey_robots": False,
                     "fetch": "api",
+                    "sitemaps": False,  # the requests the site sees are counted
                 },
                 "resolve": {"a.test": site.ip},
                 "allow_private_networks": True,

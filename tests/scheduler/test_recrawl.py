@@ -258,3 +258,31 @@ def due_now(database_url: str) -> int:
 
 def _utc(when: datetime) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
+async def test_sitemap_rounds_begin_once_per_recrawl_interval_per_origin_and_two_schedulers_share_them(
+    tmp_path: Path, amqp_url: str, prefix: str, database_url: str
+) -> None:
+    settings = settings_for(amqp_url, prefix, database_url, recrawling(tmp_path, "a.test"))
+    config = load_config(settings.config_path)
+    await stored_due(database_url, "a.test", 3, datetime.now(UTC) + timedelta(hours=1))
+    clock = [datetime.now(UTC)]
+    queue = Names(prefix).domain_queue("a.test")
+    async with (
+        connections.broker(settings.amqp_url, "test scheduler 1") as one,
+        connections.broker(settings.amqp_url, "test scheduler 2") as two,
+        scheduling(settings, lambda: config, one, clock=lambda: clock[0]) as first,
+        scheduling(settings, lambda: config, two, clock=lambda: clock[0]) as second,
+    ):  # No origin read yet: a stored page's, once, whichever scheduler asks.
+        assert sorted(await asyncio.gather(first.read_sitemaps(), second.read_sitemaps())) == [0, 1]
+        [task] = await queued(amqp_url, queue)
+        assert task.url == "http://a.test/robots.txt" and task.sitemap is not None and task.sitemap.find
+        assert not task.sitemap.counted  # a round a crawl's seeds did not begin
+        clock[0] += timedelta(minutes=59)
+        assert await first.read_sitemaps() == 0  # within recrawl.every (1h)
+        assert await first.read_sitemaps(every=True) == 1  # `crawler recrawl`: now, whatever the time
+        clock[0] += timedelta(minutes=61)
+        assert sorted(await asyncio.gather(first.read_sitemaps(), second.read_sitemaps())) == [0, 1]
+    assert len(await queued(amqp_url, queue)) == 2

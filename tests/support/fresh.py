@@ -20,16 +20,19 @@ _NONCE = itertools.count()
 
 @dataclass
 class Page:
-    """A page's content as served now; `validators` off serves it without ETag and Last-Modified."""
+    """A page's content as served now (bytes: as they are); `validators` off serves it without ETag
+    and Last-Modified."""
 
-    body: str
+    body: str | bytes
     modified: float = field(default_factory=time.time)
     validators: bool = True
     status: int = 200
+    content_type: str = "text/html; charset=utf-8"
 
     @property
     def etag(self) -> str:
-        return '"' + hashlib.sha1(self.body.encode()).hexdigest()[:16] + '"'
+        raw = self.body if isinstance(self.body, bytes) else self.body.encode()
+        return '"' + hashlib.sha1(raw).hexdigest()[:16] + '"'
 
     @property
     def last_modified(self) -> str:
@@ -95,15 +98,16 @@ def _handler(site: FreshSite) -> type[BaseHTTPRequestHandler]:
             status, page = site.answer(
                 self.path, self.headers.get("If-None-Match"), self.headers.get("If-Modified-Since")
             )
-            body = (
-                b""
-                if status == 304 or page is None
-                else page.body.replace("{NONCE}", str(next(_NONCE))).encode()
-            )
+            if status == 304 or page is None:
+                body = b""
+            elif isinstance(page.body, bytes):
+                body = page.body
+            else:
+                body = page.body.replace("{NONCE}", str(next(_NONCE))).encode()
             if page is None:
                 body = b"<html><title>Not found</title></html>"
             self.send_response(status)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Type", page.content_type if page else "text/html; charset=utf-8")
             if page is not None and page.validators:
                 self.send_header("ETag", page.etag)
                 self.send_header("Last-Modified", page.last_modified)

@@ -6,7 +6,7 @@ It tells the kind by the body's first bytes (after gunzipping and a byte order m
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 
 from crawler.errors import SitemapError
 from crawler.parse.sitemaps.body import Body
@@ -41,7 +41,7 @@ class SitemapReader:
         """True once nothing more will be read: the caller can stop fetching the body."""
         return self._closed or self.report.truncated is not None
 
-    def read(self, chunks: Iterable[bytes]) -> Iterator[SitemapEntry]:
+    def read(self, chunks: Iterable[bytes]) -> Generator[SitemapEntry, None, None]:
         """The entries of the body in `chunks`, then the reader is closed."""
         for chunk in chunks:
             yield from self.feed(chunk)

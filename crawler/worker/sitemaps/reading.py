@@ -1,0 +1,295 @@
+"""A sitemap task, top to bottom: find an origin's sitemaps, or read one file and route what it lists.
+
+Every request is a fetch like a page's: robots.txt, a rate token from the domain's bucket, the
+private-network guard and the fetch layer (fetching.py). A file whose signature is the one stored,
+or answered 304, is not parsed; else it is parsed off the event loop, 1,000 entries at a time, and
+its URLs routed (listing.py) or, an index's, its sitemaps queued one level deeper. Its reading is
+stored before the pipeline acks the task (or retries it, or sets it aside).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from itertools import islice
+from typing import IO
+
+from crawler.config import Rules
+from crawler.errors import BackendHalt, BadURL, FetchError, SitemapError
+from crawler.fetch.robots import origin_of
+from crawler.frontier.crawls import CrawlOptions
+from crawler.frontier.message import CrawlMessage, SitemapTask
+from crawler.frontier.retry import Failure, from_error
+from crawler.frontier.sitemaps import SitemapTasks, Tasked
+from crawler.frontier.urls import host_of
+from crawler.monitor.metrics import Metrics
+from crawler.parse.sitemaps import (
+    MAX_BYTES,
+    SitemapEntry,
+    SitemapKind,
+    SitemapReader,
+    SitemapReport,
+    within_depth,
+)
+from crawler.sink.sitemaps import URL_OUTCOMES, SitemapRead, SitemapStore, Validators
+from crawler.worker.live import LiveConfig
+from crawler.worker.page import DISALLOWED, Visitor, budget
+from crawler.worker.sitemaps.fetching import NO_VALIDATORS, SPOOL, chunks, fetch_file, rules_for_sitemaps
+from crawler.worker.sitemaps.listing import Listing
+
+log = logging.getLogger(__name__)
+
+BATCH = 1_000  # entries routed at once
+
+
+@dataclass(slots=True)
+class SitemapDone:
+    """How a task ended: a failure to retry (transient) or keep, and its changes to its crawl's counts."""
+
+    failure: Failure | None = None
+    counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+class SitemapReading:
+    """Does the sitemap tasks of a consumer's queues."""
+
+    def __init__(
+        self,
+        live: LiveConfig,
+        visitor: Visitor,
+        listing: Listing,
+        tasks: SitemapTasks,
+        store: SitemapStore,
+        metrics: Metrics,
+    ) -> None:
+        self._live = live
+        self._visitor = visitor
+        self._listing = listing
+        self._tasks = tasks
+        self._store = store
+        self._metrics = metrics
+
+    async def handle(
+        self, domain: str, url: str, message: CrawlMessage, options: CrawlOptions
+    ) -> SitemapDone:
+        """Do the task `message` carries for `url` (canonical, in `domain`)."""
+        task = message.sitemap
+        assert task is not None
+        rules = self._live.rules(domain)
+        done = SitemapDone()
+        try:
+            if rules.sitemaps is False:
+                log.info("%s: not read, sitemaps are off for %s", url, domain)
+            elif task.find:
+                await self._find(domain, url, message, task, rules, done)
+            else:
+                await self._read(domain, url, message, task, rules, options, done)
+        except BackendHalt:
+            raise  # the fetch service refuses the domain: the consumer lets its queue go
+        except FetchError as exc:
+            done.failure = from_error(exc)
+            if not exc.transient and not task.find:
+                await self._keep(domain, url, task, "failed", note=str(exc), status=exc.status_code)
+        return done
+
+    # -- finding an origin's sitemaps ------------------------------------------------------------
+
+    async def _find(
+        self, domain: str, url: str, message: CrawlMessage, task: SitemapTask, rules: Rules, done: SitemapDone
+    ) -> None:
+        origin = origin_of(url)
+        listed = await self._visitor.robots.sitemaps(origin, rules, self._visitor.hop)
+        wanted = list(listed)
+        if rules.sitemaps == "auto":
+            if not listed:
+                wanted.append(f"{origin}/sitemap.xml")
+        elif rules.sitemaps is not False:
+            wanted += rules.sitemaps  # a file listed twice is read once in a round
+        child = SitemapTask(task.round, 0, counted=task.counted)
+        tasked = await self._tasks.files(wanted, child, message.crawl, url)
+        self._tasked(task, tasked, done)
+        for why, n in tasked.dropped.items():
+            if why != "seen":
+                self._metrics.observe_sitemap_url(domain, "dropped", why, n)
+        await asyncio.to_thread(self._store.note_origin, origin, domain, message.crawl, _now())
+        log.info(
+            "%s: %d sitemap(s) to read (%s)",
+            origin,
+            sum(tasked.published.values()),
+            "robots.txt" if listed else "none in robots.txt",
+        )
+
+    # -- reading one file ------------------------------------------------------------------------
+
+    async def _read(
+        self,
+        domain: str,
+        url: str,
+        message: CrawlMessage,
+        task: SitemapTask,
+        rules: Rules,
+        options: CrawlOptions,
+        done: SitemapDone,
+    ) -> None:
+        crawl_delay = None
+        if rules.obey_robots:
+            verdict = await self._visitor.robots.check(url, rules, self._visitor.hop)
+            if verdict.unavailable is not None:
+                done.failure = Failure("transient", verdict.unavailable)
+                return
+            if not verdict.allowed:
+                await self._keep(domain, url, task, "disallowed", note=DISALLOWED)
+                return
+            crawl_delay = verdict.crawl_delay
+        waited = await self._visitor.limiter.acquire(
+            domain, lambda: budget(self._live.rules(domain), crawl_delay)
+        )
+        self._metrics.observe_rate_wait(domain, waited)
+        stored = await asyncio.to_thread(self._store.validators, url)
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL) as spool:
+            asked = rules_for_sitemaps(rules)
+            fetcher = self._visitor.fetcher
+            fetched = await fetch_file(fetcher, self._metrics, domain, url, asked, stored, spool)
+            status = fetched.status
+            if status == 304 and stored is not None:
+                await self._keep(domain, url, task, "not_modified", status=status, validators=stored)
+                return
+            if fetched.location is not None:
+                await self._redirected(domain, url, fetched.location, message, task, status, done)
+                return
+            if fetched.failure is not None:
+                if not fetched.failure.transient:
+                    await self._keep(domain, url, task, "failed", status=status, note=fetched.failure.error)
+                done.failure = fetched.failure
+                return
+            validators, cut = fetched.validators, fetched.cut
+            if stored is not None and stored.signature == validators.signature:
+                await self._keep(domain, url, task, "unchanged", status=status, validators=validators)
+                return
+            spool.seek(0)
+            try:
+                report, counts, routed = await self._parse(url, spool, message, task, rules, options, done)
+            except SitemapError as exc:
+                why = str(exc)
+                await self._keep(domain, url, task, "failed", status=status, validators=validators, note=why)
+                return
+        if message.crawl is not None:
+            done.counts.update({(d, "routed"): n for d, n in routed.items()})
+        for why, n in report.skipped.items():
+            counts[f"unreadable: {why}"] += n
+        note = report.truncated or (f"cut after {MAX_BYTES} bytes" if cut else None)
+        await self._keep(
+            domain, url, task, "read", status=status, validators=validators, counts=counts, note=note,
+            kind=str(report.kind) if report.kind else None,
+        )  # fmt: skip
+        log.info("%s; %s", report.summary(), ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+
+    async def _parse(
+        self,
+        url: str,
+        spool: IO[bytes],
+        message: CrawlMessage,
+        task: SitemapTask,
+        rules: Rules,
+        options: CrawlOptions,
+        done: SitemapDone,
+    ) -> tuple[SitemapReport, Counter[str], Counter[str]]:
+        """Read a spooled file a batch of entries at a time, each routed before the next is read: its
+        report, what its entries became, and the URLs routed per domain. SitemapError: no sitemap."""
+        reader = SitemapReader(url)
+        counts: Counter[str] = Counter()
+        routed: Counter[str] = Counter()
+        entries = reader.read(chunks(spool))
+        loop = asyncio.get_running_loop()
+        # Parsed off the event loop, by one thread throughout: lxml's parser is not to change threads.
+        parsing = ThreadPoolExecutor(1, thread_name_prefix="sitemap")
+        try:
+            while batch := await loop.run_in_executor(parsing, lambda: list(islice(entries, BATCH))):
+                if reader.report.kind is SitemapKind.INDEX:
+                    await self._children(url, batch, message, task, counts, done)
+                else:
+                    await self._listing.route(url, batch, message, rules, options, counts, routed)
+        finally:
+            await loop.run_in_executor(parsing, entries.close)  # the parser ends in its own thread
+            parsing.shutdown()
+        return reader.report, counts, routed
+
+    async def _children(
+        self,
+        url: str,
+        batch: Sequence[SitemapEntry],
+        message: CrawlMessage,
+        task: SitemapTask,
+        counts: Counter[str],
+        done: SitemapDone,
+    ) -> None:
+        """Have an index's sitemaps read, one level deeper, while within MAX_DEPTH."""
+        if not within_depth(task.depth + 1):
+            counts["too_deep"] += len(batch)
+            return
+        child = SitemapTask(task.round, task.depth + 1, counted=task.counted)
+        tasked = await self._tasks.files([e.loc for e in batch], child, message.crawl, url, host_of(url))
+        counts["sitemaps"] += sum(tasked.published.values())
+        for why, n in tasked.dropped.items():
+            counts["known" if why == "seen" else why] += n
+        self._tasked(task, tasked, done)
+
+    async def _redirected(
+        self,
+        domain: str,
+        url: str,
+        location: str,
+        message: CrawlMessage,
+        task: SitemapTask,
+        status: int,
+        done: SitemapDone,
+    ) -> None:
+        """A sitemap that moved is read where it moved to, in the same round."""
+        try:
+            target = self._live.scope.canonical(location, url)
+        except BadURL as exc:
+            await self._keep(domain, url, task, "failed", status=status, note=f"redirect refused: {exc}")
+            return
+        tasked = await self._tasks.files([target], task, message.crawl, url)
+        self._tasked(task, tasked, done)
+        await self._keep(domain, url, task, "redirected", status=status, note=f"to {target}")
+
+    # -- counting --------------------------------------------------------------------------------
+
+    def _tasked(self, task: SitemapTask, tasked: Tasked, done: SitemapDone) -> None:
+        if task.counted:
+            for d, n in tasked.published.items():
+                done.counts[d, "sitemaps_queued"] += n
+
+    async def _keep(
+        self,
+        domain: str,
+        url: str,
+        task: SitemapTask,
+        outcome: str,
+        *,
+        status: int | None = None,
+        validators: Validators = NO_VALIDATORS,
+        counts: Counter[str] | None = None,
+        note: str | None = None,
+        kind: str | None = None,
+    ) -> None:
+        """Store a file's reading (before its task's ack) and count it."""
+        read = SitemapRead(
+            url, domain, task.depth, outcome, _now(), status, kind, validators, +(counts or Counter()), note
+        )
+        await asyncio.to_thread(self._store.record, read)
+        self._metrics.observe_sitemap_file(domain, outcome)
+        for key, n in (counts or {}).items():
+            how = key if key in URL_OUTCOMES else "dropped"
+            self._metrics.observe_sitemap_url(domain, how, key if how == "dropped" else "", n)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
