@@ -71,6 +71,17 @@ class Response:
 Headers = Mapping[str, str]
 """Request headers beyond those every fetch sends."""
 
+
+def conditional_headers(etag: str | None, last_modified: str | None) -> dict[str, str] | None:
+    """The headers that ask again for what was fetched with these validators; None without any."""
+    headers = {}
+    if etag:
+        headers["If-None-Match"] = etag
+    if last_modified:
+        headers["If-Modified-Since"] = last_modified
+    return headers or None
+
+
 Opened = tuple[int, httpx.Headers, AsyncIterator[bytes], Sequence[str]]
 """An answer as a transport opens it: status, headers, its raw body chunks and their encodings."""
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, Cancelled, FetchError, HookFailed, Refused, TooManyRedirects
-from crawler.fetch.fetcher import Fetcher, Response
+from crawler.fetch.fetcher import Fetcher, Response, conditional_headers
 from crawler.fetch.ratelimit import Budget, RateLimiter, Taken
 from crawler.fetch.robots import Robots
 from crawler.frontier import recrawl
@@ -84,14 +84,7 @@ PARSE_HOOK = "(parse hook)"  # the `field` label of a failed parse hook in crawl
 
 def conditional(refresh: Refresh | None) -> dict[str, str] | None:
     """The conditional request of a refresh: its stored validators; None when it has none."""
-    if refresh is None:
-        return None
-    headers = {}
-    if refresh.etag:
-        headers["If-None-Match"] = refresh.etag
-    if refresh.last_modified:
-        headers["If-Modified-Since"] = refresh.last_modified
-    return headers or None
+    return None if refresh is None else conditional_headers(refresh.etag, refresh.last_modified)
 
 
 def _seen(response: Response, sign_headers: bool) -> Seen:

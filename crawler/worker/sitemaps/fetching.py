@@ -12,7 +12,7 @@ from typing import IO
 
 from crawler.config import Rules
 from crawler.errors import FetchError, TooLarge
-from crawler.fetch.fetcher import Fetcher, streamed
+from crawler.fetch.fetcher import Fetcher, conditional_headers, streamed
 from crawler.frontier.retry import Failure, from_status
 from crawler.monitor.metrics import Metrics
 from crawler.parse.sitemaps import MAX_BYTES
@@ -82,14 +82,7 @@ def chunks(spool: IO[bytes]) -> Iterator[bytes]:
 
 def _conditional(stored: Validators | None) -> dict[str, str] | None:
     """The conditional request of a file read before: its stored validators; None if it has none."""
-    if stored is None:
-        return None
-    headers = {}
-    if stored.etag:
-        headers["If-None-Match"] = stored.etag
-    if stored.last_modified:
-        headers["If-Modified-Since"] = stored.last_modified
-    return headers or None
+    return None if stored is None else conditional_headers(stored.etag, stored.last_modified)
 
 
 async def _spool(pieces: AsyncGenerator[bytes, None], spool: IO[bytes]) -> tuple[str, bool]:
