@@ -28,6 +28,10 @@ COPY --from=build /wheels /tmp/wheels
 RUN bash /usr/local/bin/install-wheel /opt/crawler /tmp/wheels && rm -rf /tmp/wheels
 # A fixed uid, so Kubernetes' runAsNonRoot can check it and volumes can be owned by it.
 RUN useradd --system --uid 10001 --user-group --home-dir /app --create-home crawler
+# The WARC archive's mount point (CRAWLER_ARCHIVE_DIR in deploy/compose.yaml and deploy/k8s/), owned by
+# that uid: a new named volume mounted here takes its owner, so the workers can write to it. Nothing
+# is written there unless a domain has `archive: true` (docs/archive.md).
+RUN install -d -o 10001 -g 10001 -m 0750 /var/lib/crawler /var/lib/crawler/archive
 WORKDIR /app
 USER 10001:10001
 # crawler-consume's --metrics-port (serves /metrics and /healthz); the gateway's and the API's

@@ -1,20 +1,30 @@
 """One command for the end-to-end bench: Scrapy, scrapy-redis and the crawler on the same site, in turn.
 
 python -m bench.run [--pages N] [--only scrapy,scrapy-redis,crawler] [--sink sqlite,postgresql] [--profile]
+python -m bench.run --only crawler --archive-pairs N
+
+With --archive-pairs, the crawler runs N pairs of times per sink instead of once, the WARC archive off
+then on (`archive: true` for every domain, CRAWLER_ARCHIVE_DIR in the run's directory), alternating,
+and the table compares them: pages/s, CPU per page, and archive bytes per page (the files' size over
+the pages stored).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
 
-from bench import nginx
+from bench import nginx, tools
 from bench.procs import service_cpu
 from bench.profile import parse, summary
 from bench.site import DEFAULT_PAGES, SiteSpec, write
@@ -100,6 +110,107 @@ def _crawler(processes: int, sink: str, bench: Bench) -> Result:
     return run_crawler(bench, processes, sink)
 
 
+ARCHIVE_DIR = "CRAWLER_ARCHIVE_DIR"
+
+
+@contextmanager
+def _archiving(directory: Path | None) -> Iterator[None]:
+    """For the block, the crawler's domains.yaml archives every domain and CRAWLER_ARCHIVE_DIR is
+    `directory` (None: as usual, nothing archived). bench.tools writes domains.yaml with its
+    crawler_config and gives the crawler this process's environment: both are swapped here."""
+    plain = tools.crawler_config
+    before = os.environ.get(ARCHIVE_DIR)
+
+    def archived(spec: SiteSpec) -> dict[str, object]:
+        config = plain(spec)
+        defaults = config["defaults"]
+        assert isinstance(defaults, dict)
+        return {**config, "defaults": {**defaults, "archive": True}}
+
+    if directory is not None:
+        tools.crawler_config = archived
+        os.environ[ARCHIVE_DIR] = str(directory)
+    try:
+        yield
+    finally:
+        tools.crawler_config = plain
+        if before is None:
+            os.environ.pop(ARCHIVE_DIR, None)
+        else:
+            os.environ[ARCHIVE_DIR] = before
+
+
+@dataclass(slots=True)
+class Archived:
+    """One crawler run of an --archive-pairs comparison."""
+
+    pair: int
+    sink: str
+    on: bool
+    result: Result
+    archive_bytes: int = 0
+    files: int = 0
+
+    @property
+    def bytes_per_page(self) -> float | None:
+        return self.archive_bytes / self.result.pages if self.on and self.result.pages else None
+
+
+def _archived_run(processes: int, sink: str, pair: int, on: bool, bench: Bench) -> Archived:
+    """One crawler run, archiving every domain or none, in a directory of its own under the bench's."""
+    bench.work = bench.work / f"archive-{sink}-{pair}-{'on' if on else 'off'}"
+    directory = bench.work / "archive"
+    with _archiving(directory if on else None):
+        result = run_crawler(bench, processes, sink)
+    result.tool += " archive" if on else ""
+    files = sorted(directory.glob("*.warc.gz")) if on else []
+    return Archived(pair, sink, on, result, sum(f.stat().st_size for f in files), len(files))
+
+
+def archive_table(runs: Sequence[Archived]) -> str:
+    """Each run of an --archive-pairs comparison, then per sink the means and what archiving costs."""
+    head = ("pair", "sink", "archive", "pages", "pages/s", "tool ms/p", "all ms/p", "archive KB/p", "files")
+    rows = [head]
+    for run in runs:
+        r = run.result
+        every = sum(r.cpu.values()) * 1000 / r.pages if r.pages else None
+        per_page = run.bytes_per_page
+        rows.append(
+            (
+                str(run.pair),
+                run.sink,
+                "on" if run.on else "off",
+                f"{r.pages}/{r.expected}",
+                f"{r.pages_per_s:.1f}",
+                _fmt(r.ms_per_page(TOOL), ".2f"),
+                _fmt(every, ".2f"),
+                _fmt(per_page / 1000 if per_page is not None else None, ".2f"),
+                str(run.files) if run.on else "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+    for sink in dict.fromkeys(run.sink for run in runs):
+        of = {on: [run for run in runs if run.sink == sink and run.on == on] for on in (True, False)}
+        if not of[True] or not of[False]:
+            continue
+        cpu = {on: statistics.mean(r.result.ms_per_page(TOOL) or 0 for r in of[on]) for on in of}
+        rate = {on: statistics.mean(r.result.pages_per_s for r in of[on]) for on in of}
+        size = statistics.mean(r.bytes_per_page or 0 for r in of[True])
+        lines.append(
+            f"mean {sink}: tool CPU on {cpu[True]:.2f} ms/p, off {cpu[False]:.2f} ms/p: archiving costs "
+            f"{cpu[True] / cpu[False] - 1:+.1%} CPU per page (aim within 15%); pages/s on "
+            f"{rate[True]:.1f}, off {rate[False]:.1f} ({rate[True] / rate[False] - 1:+.1%}); "
+            f"{size / 1000:.2f} KB of archive a page"
+        )
+    return "\n".join(lines)
+
+
 def _sinks(value: str) -> list[str]:
     chosen = [t.strip() for t in value.split(",") if t.strip()]
     unknown = [t for t in chosen if t not in SINKS]
@@ -140,7 +251,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--redirects", action="store_true", help="every page but the index answers 301 to its new home"
     )
+    parser.add_argument(
+        "--archive-pairs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the crawler N pairs of times per sink instead of once: the WARC archive off, then on "
+        "(every domain), alternating, compared side by side",
+    )
     args = parser.parse_args(argv)
+    if args.archive_pairs < 0:
+        parser.error("--archive-pairs must be 0 or more")
     # Stopped early, the bench still kills its tools and nginx (the finally blocks run on exit).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -155,7 +276,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     if "scrapy-redis" in args.only:
         runs.append(("scrapy-redis x1", lambda b: run_scrapy_redis(b, 1)))
         runs.append(("scrapy-redis x2", lambda b: run_scrapy_redis(b, 2)))
-    if "crawler" in args.only:
+    archived: list[Archived] = []
+    if "crawler" in args.only and args.archive_pairs:
+        for pair in range(1, args.archive_pairs + 1):
+            for sink in args.sink:
+                for on in (False, True):
+
+                    def one(b: Bench, sink: str = sink, pair: int = pair, on: bool = on) -> Result:
+                        archived.append(_archived_run(args.processes, sink, pair, on, b))
+                        return archived[-1].result
+
+                    state = "on" if on else "off"
+                    runs.append((f"crawler x{args.processes} ({sink}), archive {state}, pair {pair}", one))
+    elif "crawler" in args.only:
         for sink in args.sink:
             runs.append((f"crawler x{args.processes} ({sink})", partial(_crawler, args.processes, sink)))
     results = []
@@ -172,6 +305,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
     print()
     print(table(results))
+    if archived:
+        print()
+        print(archive_table(archived))
     for result in results:
         for n, (main_cpu, others) in enumerate(result.threads):
             print(

@@ -12,7 +12,10 @@ import argparse
 import asyncio
 import json
 import logging
+import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections import Counter
@@ -37,12 +40,15 @@ from crawler.monitor.status import render, status, watch
 from crawler.names import HEARTBEAT_TTL
 from crawler.programs import EXIT_USAGE, Parser, closed_pipe, loop_factory
 from crawler.redact import redact
+from crawler.reparse.run import Progress as ReparseProgress
+from crawler.reparse.run import Reparser
 from crawler.scheduler.running import scheduling
 from crawler.service import Control, CrawlView, NewCrawl, check_crawl
 from crawler.service.inputs import DEAD_LIMIT, DEAD_REASONS, CrawlRequest
 from crawler.settings import Settings
 from crawler.sink.export import FORMATS, Query, export, parse_since
 from crawler.sink.prune import Pruner
+from crawler.sink.reparsed import ReparseStore, Selection
 from crawler.sink.sitemaps import SitemapRead, SitemapStore
 from crawler.sink.sql import migrate
 from crawler.worker import wiring
@@ -414,6 +420,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON lines, one per file")
     _common(p)
 
+    p = sub.add_parser(
+        "reparse", help="run the current extraction again over archived answers; fetches nothing"
+    )
+    p.add_argument(
+        "--domain",
+        action="append",
+        dest="reparse_domains",
+        metavar="DOMAIN",
+        help="only this domain's pages (again for more; default: every archived page)",
+    )
+    p.add_argument("--since", help="only pages fetched at or after this ISO 8601 time (UTC if no offset)")
+    p.add_argument("--crawl", metavar="ID", help="only the pages this crawl stored")
+    p.add_argument("--no-links", action="store_true", help="route none of the links the pages now give")
+    p.add_argument("--workers", type=_workers, help="processes reading pages (default: one per core)")
+    _common(p)
+
     p = sub.add_parser("db", help="database schema")
     p.add_argument("action", choices=["upgrade"])
     _common(p)
@@ -503,6 +525,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{args.domain}: a round of reading its sitemaps began at {began} origin(s)", file=sys.stderr
             )
             return _sitemaps(args)
+        elif args.command == "reparse":
+            return await _reparse(settings, config, args)
         elif args.command == "db":
             await asyncio.to_thread(migrate, settings.database_url)
             print("database schema is up to date")
@@ -534,6 +558,67 @@ async def _recrawling(
         finally:
             stop.set()
             await task
+
+
+def _workers(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of processes from 1 to 256")
+    return n
+
+
+async def _reparse(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> int:
+    """`crawler reparse`: until every selected page is read again, or Ctrl-C / SIGTERM (then it
+    finishes its batch, and the same command resumes)."""
+    domains = tuple(wiring.check_domains(config, args.reparse_domains)) if args.reparse_domains else ()
+    selection = Selection(domains, parse_since(args.since) if args.since else None, args.crawl)
+    await asyncio.to_thread(migrate, settings.database_url)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    # Only a main thread can take signals (a caller may run this command in another).
+    stoppable = threading.current_thread() is threading.main_thread()
+    for signum in (signal.SIGINT, signal.SIGTERM) if stoppable else ():
+        loop.add_signal_handler(signum, stop.set)
+    store = ReparseStore(settings.database_url)
+    last = [0.0]
+
+    def report(p: ReparseProgress) -> None:
+        if time.monotonic() - last[0] >= 2 or p.done == p.total:
+            last[0] = time.monotonic()
+            share = f" ({100 * p.done / p.total:.0f}%)" if p.total else ""
+            rate = p.rate
+            print(
+                f"reparse: {p.done:,} of {p.total:,} pages{share}, {p.changed:,} changed, "
+                f"{p.failed:,} unreadable, {p.links:,} links routed; {rate:,.0f} pages/s",
+                file=sys.stderr,
+            )
+
+    try:
+        async with AsyncExitStack() as stack:
+            router = None
+            if not args.no_links:
+                router = await stack.enter_async_context(wiring.routing(settings, config, "crawler reparse"))
+            workers = args.workers or os.cpu_count() or 1
+            reparser = Reparser(
+                config, store, settings.archive_dir, selection, workers=workers, router=router
+            )
+            done = await reparser.run(stop, report)
+    finally:
+        store.close()
+        for signum in (signal.SIGINT, signal.SIGTERM) if stoppable else ():
+            loop.remove_signal_handler(signum)
+    resumed = " (resumed)" if done.resumed else ""
+    print(
+        f"{done.done:,} pages read again{resumed}: {done.changed:,} changed, {done.skipped:,} not pages "
+        f"(redirects, errors, not HTML), {done.failed:,} unreadable, {done.links:,} links routed"
+    )
+    if stop.is_set() and done.done < done.total:
+        print("stopped: the same command resumes where this one stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_OK
 
 
 def _usage(args: argparse.Namespace, message: str) -> int:

@@ -335,6 +335,9 @@ class Rules(_Strict):
     # Off unless asked, as `recrawl` is: a version of every page costs a first crawl ~50 % more CPU.
     history: Annotated[History | None, BeforeValidator(_off)] = None
     sitemaps: Sitemaps = "auto"
+    # Every answer this domain gives is written to the WARC archive (crawler/archive/), for
+    # `crawler reparse` and for any WARC reader.
+    archive: bool = False
 
     def fetch_for(self, url: str) -> FetchSpec:
         """How `url` is fetched: the first fetch rule found in its path and query, else `fetch`."""
@@ -406,6 +409,7 @@ class DomainRules(_Strict):
     recrawl_rules: tuple[RecrawlRule, ...] | None = None
     history: Annotated[History | None, BeforeValidator(_off)] = None
     sitemaps: Sitemaps | None = None
+    archive: bool | None = None
 
 
 @lru_cache(maxsize=1024)
@@ -475,6 +479,10 @@ class CrawlConfig(_Strict):
     # queue is taken up again: time for a person to raise the budget.
     budget_pause: float = Field(300.0, gt=0, le=86_400)
     dedup: DedupConfig = Field(default_factory=DedupConfig)
+    # A WARC file is closed and the next begun once it holds this many bytes (Heritrix's and
+    # Browsertrix's default: 1 GB).
+    archive_max_bytes: int = Field(1_000_000_000, ge=1_000, le=100_000_000_000)
+    archive_prefix: str = Field("crawler", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.]{0,39}$")
     domains: dict[str, DomainRules] = Field(default_factory=dict)
 
     @field_validator("resolve")

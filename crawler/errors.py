@@ -126,6 +126,10 @@ class SitemapError(CrawlerError):
     """A body read as a sitemap is none of the kinds a sitemap can be (XML, RSS, Atom, a list of URLs)."""
 
 
+class ArchiveError(CrawlerError):
+    """The WARC archive cannot be written, or a record it should hold cannot be read."""
+
+
 class HookFailed(CrawlerError):
     """A parse hook raised, returned something unusable, or overran the page's deadline."""
 

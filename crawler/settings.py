@@ -25,6 +25,7 @@ ENV = {
     "dedup": "CRAWLER_DEDUP",
     "fetch_api_url": "CRAWLER_FETCH_API_URL",
     "fetch_api_key": "CRAWLER_FETCH_API_KEY",
+    "archive_dir": "CRAWLER_ARCHIVE_DIR",
 }
 
 
@@ -42,6 +43,7 @@ class Settings:
     dedup: str | None = None
     fetch_api_url: str | None = None  # the fetch service (`fetch: api`); never from domains.yaml
     fetch_api_key: str = field(default="", repr=False)  # a secret: kept out of reprs and logs
+    archive_dir: str = "archive"  # the WARC files of domains with `archive: true`; shared by a fleet
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -72,6 +74,7 @@ class Settings:
             dedup=env.get(ENV["dedup"]) or None,
             fetch_api_url=env.get(ENV["fetch_api_url"], "").strip() or None,
             fetch_api_key=env.get(ENV["fetch_api_key"], ""),
+            archive_dir=env.get(ENV["archive_dir"], base.archive_dir),
         )
 
 
@@ -132,6 +135,10 @@ def _config(value: str) -> str | None:
     return None if value.strip() else "empty: give the path of a domains.yaml"
 
 
+def _directory(value: str) -> str | None:
+    return None if value.strip() else "empty: give the directory the WARC files go to (default archive)"
+
+
 _CHECKS: dict[str, Callable[[str], str | None]] = {
     "amqp_url": _amqp,
     "redis_url": _redis,
@@ -140,4 +147,5 @@ _CHECKS: dict[str, Callable[[str], str | None]] = {
     "prefix": _prefix,
     "management_url": _http,
     "fetch_api_url": _http,
+    "archive_dir": _directory,
 }

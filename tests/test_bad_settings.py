@@ -114,6 +114,7 @@ SETTINGS: list[tuple[str, str, tuple[str, ...], str]] = [
     ("CRAWLER_MANAGEMENT_URL", "localhost:15672", ("status",), "not an HTTP URL"),
     ("CRAWLER_CONFIG", "/nonexistent/domains.yaml", ("seed", "consume", "api"), "cannot read the config"),
     ("CRAWLER_DEDUP", "cuckoo", ("seed", "consume", "api"), "CRAWLER_DEDUP"),
+    ("CRAWLER_ARCHIVE_DIR", " ", ("seed", "consume"), "CRAWLER_ARCHIVE_DIR=' ': empty"),
 ]
 
 # (program, its flags, what the one line must say).

@@ -182,7 +182,7 @@ class VersionOut(BaseModel):
     """One version of a page: `new`, `changed`, `gone` or `back`, and what the page was then."""
 
     version: int
-    kind: Literal["new", "changed", "gone", "back"]
+    kind: Literal["new", "changed", "gone", "back", "reparse"]
     fetched_at: datetime
     status_code: int | None
     title: str | None

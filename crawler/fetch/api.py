@@ -232,6 +232,8 @@ class ApiFetcher:
         if spec.session:
             params["session"] = spec.session
         if spec.render_js:
+            if rules.archive:  # the archive keeps the page as the site sent it, beside its DOM
+                params["return_document"] = "true"
             params["wait_until"] = spec.wait_until
             if spec.wait_for:
                 params["wait_for"] = spec.wait_for
@@ -358,7 +360,18 @@ def _from_envelope(url: str, answer: dict[str, Any], rules: Rules) -> Response:
         credits,
         exit_id,
         answer.get("rendered") is True,
+        _document(answer.get("document")),
     )
+
+
+def _document(value: Any) -> bytes | None:
+    """A rendered page's document as the site sent it (base64 in the envelope); None if not sent."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise BackendUnavailable("the fetch service's base64 document does not decode") from None
 
 
 def _number(value: Any) -> float:

@@ -46,6 +46,7 @@ class Response:
     credits: float = 0.0  # what a fetch service charged for this answer (direct: nothing)
     exit_id: str | None = None  # the fetch service's exit (proxy) that carried it, by id
     rendered: bool = False  # the body is a browser's DOM after the page's scripts ran (render_js)
+    document: bytes | None = None  # a rendered page's document as the site sent it, if the service said
 
     @property
     def content_type(self) -> str | None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from aio_pika import DeliveryMode, Message
 
+from crawler.archive import Archived
 from crawler.errors import InvalidMessage
 
 # The body's "v". A field added later is optional and ignored by older workers (no new version);
@@ -37,6 +38,7 @@ class Refresh:
     interval: float | None = None
     gone: int = 0
     version: int | None = None
+    archived: Archived | None = None  # its stored answer in the WARC archive, for a revisit record
 
     def encode(self) -> dict[str, Any]:
         """The refresh as the message's "refresh" object (absent values left out)."""
@@ -44,6 +46,9 @@ class Refresh:
         for key in ("etag", "last_modified", "signature", "interval", "version"):
             if (value := getattr(self, key)) is not None:
                 out[key] = value
+        if self.archived is not None:
+            a = self.archived
+            out["archived"] = [a.file, a.offset, a.length, a.digest, a.date]
         return out
 
     @classmethod
@@ -68,7 +73,22 @@ class Refresh:
         return cls(
             texts["etag"], texts["last_modified"], texts["signature"],
             float(interval) if interval is not None else None, gone, version,
+            _archived(data.get("archived")),
         )  # fmt: skip
+
+
+def _archived(value: Any) -> Archived | None:
+    if value is None:
+        return None
+    shape = (str, int, int, str, str)
+    if (
+        not isinstance(value, list)
+        or len(value) != len(shape)
+        or not all(isinstance(v, t) and not isinstance(v, bool) for v, t in zip(value, shape, strict=True))
+        or any(isinstance(v, str) and len(v) > MAX_VALIDATOR for v in value)
+    ):
+        raise InvalidMessage("'refresh.archived' is not [file, offset, length, digest, date]")
+    return Archived(*value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,5 +97,5 @@ def refresh_message(due: Due) -> CrawlMessage:
     """The message that has a claimed page fetched again, with what its row knows."""
     # A page gone last time is asked whole: a 304 would not say it is back.
     etag, last_modified = (due.etag, due.last_modified) if due.gone == 0 else (None, None)
-    refresh = Refresh(etag, last_modified, due.signature, due.interval, due.gone, due.version)
+    refresh = Refresh(etag, last_modified, due.signature, due.interval, due.gone, due.version, due.archived)
     return CrawlMessage(due.url, due.depth, crawl=due.crawl, refresh=refresh)

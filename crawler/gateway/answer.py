@@ -56,6 +56,7 @@ class Page:
     exit: str
     rendered: bool
     started: float
+    document: bytes | None = None  # a rendered page's document as the site sent it, when asked for
 
     @property
     def code(self) -> int:

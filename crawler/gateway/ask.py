@@ -30,6 +30,9 @@ class Ask:
     envelope: bool  # the answer is the JSON envelope, not the target's own
     timeout: float
     max_body_bytes: int
+    # return_document=true: a rendered page's envelope also carries the document as the site sent it
+    # (for a WARC archive's response record, beside the DOM).
+    document: bool = False
 
 
 def flag(query: Mapping[str, str], name: str, default: bool) -> bool:
@@ -80,4 +83,5 @@ def parse_ask(query: Mapping[str, str]) -> Ask:
         envelope,
         timeout,
         body,
+        flag(query, "return_document", False),
     )

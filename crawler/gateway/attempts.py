@@ -96,6 +96,7 @@ class Attempts:
     ) -> Outcome:
         """The answer that counts: rendered if asked, charged now, or once its stream has ended."""
         headers, body, final_url, rendered = reply.headers, reply.head, reply.url, False
+        original = None  # the document as the site sent it, kept beside a DOM when asked for
         if ask.render is not None and reply.status == 200 and body and reply.media in HTML_TYPES:
             assert self._renderer is not None
             document = Document(reply.url, 200, headers, body, setup.proxies[exit.id])
@@ -105,6 +106,7 @@ class Attempts:
                 )
             except RenderFailed as exc:
                 return Failed(exc.kind, str(exc), None, started)
+            original = body if ask.document else None
             body, final_url, rendered = dom.html.encode("utf-8"), dom.final_url, True
             headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
             headers.append(("Content-Type", RENDERED_TYPE))
@@ -122,6 +124,7 @@ class Attempts:
             exit.id,
             rendered,
             started,
+            original,
         )
 
     def _cooled(self, exit: Exit, domain: str, reason: str, settled: Settled) -> None:

@@ -92,6 +92,8 @@ async def envelope(outcome: Outcome, _: web.Request) -> web.StreamResponse:
         "exit": outcome.exit,
         "rendered": outcome.rendered,
     }
+    if outcome.document is not None:
+        body["document"] = base64.b64encode(outcome.document).decode("ascii")
     return web.json_response(body)
 
 

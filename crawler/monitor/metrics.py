@@ -232,6 +232,18 @@ class Metrics:
             ["domain", "outcome", "reason"],
             registry=r,
         )
+        self.archive_records = Counter(
+            "crawler_archive_records",
+            "Answers written to the WARC archive, by record (response, revisit)",
+            ["domain", "record"],
+            registry=r,
+        )
+        self.archive_bytes = Counter(
+            "crawler_archive_bytes",
+            "Bytes written to the WARC archive (gzipped records, request and DOM included)",
+            ["domain"],
+            registry=r,
+        )
         self.inflight = Gauge(
             "crawler_inflight_messages",
             "Messages being processed now (delivered, not acked)",
@@ -346,6 +358,11 @@ class Metrics:
         """`n` URLs a sitemap listed came to `outcome` (for "dropped", because of `reason`)."""
         if n:
             self.sitemap_urls.labels(domain, outcome, reason).inc(n)
+
+    def observe_archived(self, domain: str, revisit: bool, nbytes: int) -> None:
+        """An answer of `domain` was archived: as a revisit or a response, in `nbytes`."""
+        self.archive_records.labels(domain, "revisit" if revisit else "response").inc()
+        self.archive_bytes.labels(domain).inc(nbytes)
 
     def observe_error(self, domain: str, kind: str) -> None:
         """A failure that is not a fetch's (e.g. "internal": the broker or database failed)."""

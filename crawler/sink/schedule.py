@@ -19,6 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
+from crawler.archive import Archived
 from crawler.errors import SinkError
 from crawler.sink.crawls import Crawl
 from crawler.sink.sql import create_sink_engine, engine_url
@@ -41,6 +42,7 @@ class Due:
     interval: float | None
     gone: int
     version: int | None  # its newest version when claimed (None: none)
+    archived: Archived | None = None  # where its stored answer is in the WARC archive
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +77,7 @@ class Schedule:
             .returning(*_DUE)
         )
         rows = self._run("claiming due pages", lambda conn: conn.execute(stmt).all(), write=True)
-        return [Due(*tuple(row)) for row in rows]
+        return [_claimed(row) for row in rows]
 
     def claim_modified(
         self, modified: Mapping[str, datetime], now: datetime, lease_until: datetime
@@ -98,7 +100,7 @@ class Schedule:
                 .values(next_fetch_at=lease_until.astimezone(UTC))
                 .returning(*_DUE)
             ).all()
-            return [Due(*tuple(row)) for row in rows]
+            return [_claimed(row) for row in rows]
 
         return self._run("claiming pages a sitemap says changed", claim, write=True)
 
@@ -191,7 +193,19 @@ _DUE = (
     Page.fetch_interval,
     Page.gone,
     Page.version,
+    Page.warc_file,
+    Page.warc_offset,
+    Page.warc_length,
+    Page.warc_digest,
+    Page.warc_date,
 )
+
+
+def _claimed(row: Any) -> Due:
+    (url, domain, depth, crawl, etag, modified, signature, interval, gone, version, *warc) = tuple(row)
+    file, offset, length, digest, date = warc
+    archived = Archived(file, offset, length, digest, date) if file and digest and date else None
+    return Due(url, domain, depth, crawl, etag, modified, signature, interval, gone, version, archived)
 
 
 def _live() -> tuple[ColumnElement[bool], ...]:

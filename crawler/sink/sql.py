@@ -20,6 +20,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
 import crawler
+from crawler.archive import Archived
 from crawler.errors import ConfigError, ServiceUnavailable, SinkError
 from crawler.sink import versions
 from crawler.sink.tables import (
@@ -75,6 +76,7 @@ class PageRecord:
     # its content (and, unchanged, its status) as they were.
     keep: frozenset[str] = frozenset()
     history: bool = False  # its domain keeps versions (crawler/sink/versions.py)
+    archived: Archived | None = None  # where its answer's records are in the WARC archive
 
     def __post_init__(self) -> None:
         # SQLite drops the offset when storing, so a naive or non-UTC time would be stored wrong.
@@ -157,19 +159,19 @@ def clean_text(value: str | None, limit: int | None = None) -> str | None:
     return value.replace("\x00", "\ufffd")[:limit]
 
 
-def _json(value: Any) -> Any:
+def clean_json(value: Any) -> Any:
     # Fields are text, numbers, lists and groups now: clean the text wherever it sits.
     if isinstance(value, str):
         return clean_text(value)
     if isinstance(value, dict):
-        return {clean_text(str(k)) or "": _json(v) for k, v in value.items()}
+        return {clean_text(str(k)) or "": clean_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_json(v) for v in value]
+        return [clean_json(v) for v in value]
     return value
 
 
 def _record_row(record: PageRecord) -> dict[str, Any]:
-    data = record.data and _json(record.data)
+    data = record.data and clean_json(record.data)
     return {
         "url": clean_text(record.url),
         "final_url": clean_text(record.final_url),
@@ -195,6 +197,23 @@ def _record_row(record: PageRecord) -> dict[str, Any]:
         "next_fetch_at": record.next_fetch_at and record.next_fetch_at.astimezone(UTC),
         "gone": record.gone,
         "version": None,
+        **archive_columns(record.archived),
+    }
+
+
+ARCHIVE_COLUMNS = frozenset({"warc_file", "warc_offset", "warc_length", "warc_digest", "warc_date"})
+
+
+def archive_columns(archived: Archived | None) -> dict[str, Any]:
+    """The `pages.warc_*` columns of a row whose answer is at `archived`."""
+    if archived is None:
+        return dict.fromkeys(ARCHIVE_COLUMNS)
+    return {
+        "warc_file": archived.file,
+        "warc_offset": archived.offset,
+        "warc_length": archived.length,
+        "warc_digest": archived.digest,
+        "warc_date": archived.date,
     }
 
 

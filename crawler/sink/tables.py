@@ -1,5 +1,6 @@
 """The tables: `pages` (the latest state of each crawled URL), `page_versions` (its history), and
-the sitemaps read (`sitemaps`) and the origins whose sitemaps are read in rounds (`sitemap_origins`)."""
+the sitemaps read (`sitemaps`), the origins whose sitemaps are read in rounds (`sitemap_origins`),
+and the runs of `crawler reparse` (`reparses`)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,13 @@ class Page(Base):
     next_fetch_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     gone: Mapped[int] = mapped_column(Integer, server_default="0")
     version: Mapped[int | None] = mapped_column(Integer)  # its newest row in page_versions (None: none)
+    # Where its latest answer is in the WARC archive (crawler/archive/; None: not archived): the
+    # file, the byte range of its records, and the payload's digest and date a revisit refers to.
+    warc_file: Mapped[str | None] = mapped_column(String(255))
+    warc_offset: Mapped[int | None] = mapped_column(BigInteger)
+    warc_length: Mapped[int | None] = mapped_column(Integer)
+    warc_digest: Mapped[str | None] = mapped_column(String(64))
+    warc_date: Mapped[str | None] = mapped_column(String(32))
 
     __table_args__ = (
         # Only scheduled rows: a domain's due query reads the index alone, in order (migration 0005).
@@ -106,6 +114,23 @@ class PageVersion(Base):
     crawl_id: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (UniqueConstraint("page_id", "version", name="uq_page_versions_page_id_version"),)
+
+
+class Reparse(Base):
+    """A run of `crawler reparse` (the `reparses` table): its filters, and the last page it has done,
+    committed with that page's row, so a stopped run resumes after it."""
+
+    __tablename__ = "reparses"
+
+    id: Mapped[int] = mapped_column(ID, primary_key=True, autoincrement=True)
+    filters: Mapped[str] = mapped_column(Text, nullable=False)  # canonical JSON of its options
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_page_id: Mapped[int] = mapped_column(ID, server_default="0")
+    pages: Mapped[int] = mapped_column(Integer, server_default="0")
+    changed: Mapped[int] = mapped_column(Integer, server_default="0")
+    failed: Mapped[int] = mapped_column(Integer, server_default="0")
+    links: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class SitemapFile(Base):

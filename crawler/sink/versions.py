@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 
 from crawler.sink.tables import Page, PageVersion
 
-Kind = Literal["new", "changed", "gone", "back"]
+Kind = Literal["new", "changed", "gone", "back", "reparse"]
 GONE = frozenset({404, 410})
 
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from crawler.config import Rules
-from crawler.errors import BackendHalt, BadURL, Cancelled, FetchError, HookFailed, Refused, TooManyRedirects
+from crawler.errors import BackendHalt, BadURL, Cancelled, FetchError, Refused, TooManyRedirects
 from crawler.fetch.fetcher import Fetcher, Response, conditional_headers
 from crawler.fetch.ratelimit import Budget, RateLimiter, Taken
 from crawler.fetch.robots import Robots
@@ -21,11 +21,11 @@ from crawler.frontier.message import Refresh
 from crawler.frontier.retry import Failure, from_error, from_status, parse_retry_after
 from crawler.frontier.scope import Scope
 from crawler.frontier.urls import fingerprint, host_of
-from crawler.parse.extract import Fields, charset_from_content_type, extract
-from crawler.parse.fields import missing_required
-from crawler.parse.hooks import HookPage, hook_for, run_hook
-from crawler.parse.signature import signature, signature_of
+from crawler.parse.extract import Fields
+from crawler.parse.reading import read_page
+from crawler.parse.signature import signature_of
 from crawler.sink.sql import PageRecord
+from crawler.worker.archiving import Archiving
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +79,6 @@ class Admitted:
     crawl_delay: float | None = None
 
 
-PARSE_HOOK = "(parse hook)"  # the `field` label of a failed parse hook in crawler_extraction_failures_total
-
-
 def conditional(refresh: Refresh | None) -> dict[str, str] | None:
     """The conditional request of a refresh: its stored validators; None when it has none."""
     return None if refresh is None else conditional_headers(refresh.etag, refresh.last_modified)
@@ -120,7 +117,9 @@ class Visitor:
         scope: Scope,
         rules_of: Callable[[str], Rules],
         max_retry_after: float,
+        archiving: Archiving | None = None,
     ) -> None:
+        self._archiving = archiving  # None: nothing is archived (tests)
         self._rules_of = rules_of  # the live rules: domains.yaml may be edited while a visit waits
         self._fetcher = fetcher
         self._limiter = limiter
@@ -132,6 +131,11 @@ class Visitor:
     def fetcher(self) -> Fetcher:
         """The fetch layer the visits go through."""
         return self._fetcher
+
+    @property
+    def archiving(self) -> Archiving | None:
+        """Where the visits' answers are archived; None: nowhere."""
+        return self._archiving
 
     @property
     def limiter(self) -> RateLimiter:
@@ -190,8 +194,9 @@ class Visitor:
         started = time.monotonic()
         if start_by is not None and started > start_by:
             return Outcome(record, rate_wait=waited, late=True)
+        asked = conditional(refresh)
         try:
-            response = await self._fetcher.fetch(url, rules, headers=conditional(refresh))
+            response = await self._fetcher.fetch(url, rules, headers=asked)
         except BackendHalt:
             raise
         except FetchError as exc:
@@ -208,6 +213,11 @@ class Visitor:
         record = replace(
             record, credits=response.credits, exit_id=response.exit_id, rendered=response.rendered
         )
+        if self._archiving is not None:
+            # On disk before the row that points at it is stored, and so before the ack.
+            previous = refresh.archived if refresh is not None else None
+            archived = await self._archiving.response(response, rules, asked, previous)
+            record = replace(record, archived=previous if archived and archived.revisit else archived)
         if response.status_code in PUSHBACK:
             pause = parse_retry_after(response.headers.get("retry-after")) or 0.0
             allowance = budget(self._rules_of(domain), crawl_delay)
@@ -234,37 +244,25 @@ class Visitor:
         )
         if status_failure is not None or not response.is_html:
             return Outcome(record, (), status_failure, waited, fetched, seen=seen)
-        page = extract(
-            response.body,
+        read = await read_page(
+            record.url,
             response.final_url,
-            charset=charset_from_content_type(response.content_type),
-            fields=fields,
-            max_links=rules.max_links,
-            structured=rules.structured,
+            response.status_code,
+            response.headers,
+            response.body,
+            response.content_type,
+            rules,
+            fields,
+            seconds=max(rules.timeout - (time.monotonic() - started), 0.1),
+            sign=sign,
         )
-        data, links = page.data, page.links
-        hook = hook_for(rules, record.url)
-        if hook is not None and page.root is not None:
-            view = HookPage(response.final_url, response.status_code, response.headers, page.root, data)
-            remaining = max(rules.timeout - (time.monotonic() - started), 0.1)
-            try:
-                parsed = await run_hook(hook, view, remaining, rules.max_links)
-            except HookFailed as exc:
-                failure = Failure("permanent", str(exc), response.status_code)
-                failed = replace(record, title=page.title, data=data or None, error=failure.error)
-                return Outcome(failed, links, failure, waited, fetched, extraction_failures=(PARSE_HOOK,))
-            data = {**data, **parsed.fields}
-            links = list(dict.fromkeys([*links, *parsed.links]))
-        page_record = replace(record, title=page.title, data=data or None)
-        if missing := missing_required(fields, data):
-            names = ", ".join(repr(name) for name in missing)
-            error = f"extraction: required field{'s' if len(missing) > 1 else ''} {names} missing"
-            failure = Failure("permanent", error, response.status_code)
-            failed = replace(page_record, error=error)
-            return Outcome(failed, links, failure, waited, fetched, extraction_failures=tuple(missing))
-        if sign:  # last: it takes what no reader sees out of the parsed tree
-            seen = replace(seen, signature=signature(page.root, page.title, data))
-        return Outcome(page_record, links, None, waited, fetched, seen=seen)
+        record = replace(record, title=read.title, data=read.data or None, error=read.error)
+        if read.error is not None:
+            failure = Failure("permanent", read.error, response.status_code)
+            return Outcome(record, read.links, failure, waited, fetched, extraction_failures=read.blamed)
+        return Outcome(
+            record, read.links, None, waited, fetched, seen=replace(seen, signature=read.signature)
+        )
 
     def _redirected(
         self,

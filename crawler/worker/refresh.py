@@ -17,14 +17,18 @@ from typing import Literal
 from crawler.config import Recrawl
 from crawler.frontier.message import Refresh
 from crawler.frontier.recrawl import GONE, Found, schedule
-from crawler.sink.sql import PageRecord
+from crawler.sink.sql import ARCHIVE_COLUMNS, PageRecord
 from crawler.worker.page import Outcome
 
 How = Literal["new", "changed", "not_modified", "same_signature", "gone", "failed"]
 """How a fetch found its page, as counted (crawler_refreshes_total counts all but "new")."""
 
 # Columns a refresh leaves as they were: the content, when it is unchanged or gone...
-CONTENT = frozenset({"final_url", "content_type", "title", "data", "signature", "changed_at", "rendered"})
+# Its archived answer (ARCHIVE_COLUMNS) is the one its kept content was read from.
+CONTENT = (
+    frozenset({"final_url", "content_type", "title", "data", "signature", "changed_at", "rendered"})
+    | ARCHIVE_COLUMNS
+)
 # ... and, unchanged, its status too.
 UNCHANGED = CONTENT | {"status_code", "error"}
 

@@ -12,12 +12,13 @@ from aio_pika.abc import AbstractExchange, AbstractRobustConnection
 from redis.asyncio import Redis
 
 from crawler import connections
+from crawler.archive import Archive
 from crawler.config import CrawlConfig, with_dedup_mode
 from crawler.dedup.store import SeenStore
 from crawler.errors import BadURL, ConfigError
 from crawler.fetch.aio import AiohttpFetcher
 from crawler.fetch.api import ApiEndpoint, ApiFetcher, RoutingFetcher
-from crawler.fetch.fetcher import BoundedFetcher, Fetcher, HttpFetcher
+from crawler.fetch.fetcher import BoundedFetcher, Fetcher, HttpFetcher, request_headers
 from crawler.fetch.ratelimit import RateLimiter
 from crawler.fetch.robots import Robots, origin_of
 from crawler.frontier.crawls import CrawlOptions, CrawlState
@@ -36,6 +37,7 @@ from crawler.sink.schedule import Schedule
 from crawler.sink.sitemaps import SitemapStore
 from crawler.sink.sql import Sink, migrate
 from crawler.worker.admission import Admission
+from crawler.worker.archiving import Archiving, ArchivingFetcher
 from crawler.worker.consumer import Consumer, Parts
 from crawler.worker.cost import Cost
 from crawler.worker.live import LiveConfig
@@ -73,6 +75,18 @@ async def frontier(
         yield Frontier(connection, redis, SeenStore(redis, settings.names, dedup, recovery), recovery)
 
 
+@asynccontextmanager
+async def routing(settings: Settings, config: CrawlConfig, role: str) -> AsyncIterator[Router]:
+    """A router into the frontier, publishing with confirms, for a program that finds URLs itself."""
+    async with frontier(settings, role, config) as f:
+        channel = await f.connection.channel(publisher_confirms=True)
+        try:
+            exchange = await channel.get_exchange(settings.names.frontier, ensure=False)
+            yield Router(config, exchange, f.seen, PageQuota(f.redis, settings.names))
+        finally:
+            await channel.close()
+
+
 def make_fetcher(config: CrawlConfig) -> BoundedFetcher:
     """The fetch transport domains.yaml chose."""
     return AiohttpFetcher(config) if config.fetcher == "aiohttp" else HttpFetcher(config)
@@ -103,13 +117,23 @@ def parts(
     metrics: Metrics,
     backend: str = "gateway",
     database_url: str | None = None,
+    archive: Archive | None = None,
 ) -> Parts:
     """A consumer's parts, each made once: the live configuration, the page visit, dedup, quota, cost
-    and writes; with `database_url`, what sitemap tasks read and write in the sink."""
+    and writes; with `database_url`, what sitemap tasks read and write in the sink; with `archive`,
+    where the answers of domains with `archive: true` are written."""
     live = LiveConfig(config)
+    archiving = None
+    if archive is not None:
+
+        def domain_of(url: str) -> str:
+            host = host_of(url)
+            return live.config.domain_of(host) or host
+
+        archiving = Archiving(archive, request_headers(config), metrics, domain_of)
     cost = Cost(f.redis, names, metrics, backend)
     quota = PageQuota(f.redis, names)
-    visit = visitor(live, f.redis, names, fetcher)
+    visit = visitor(live, f.redis, names, fetcher, archiving)
     admission = Admission(f.redis, names, visit.limiter, visit.robots, live.rules)
     return Parts(
         live,
@@ -127,15 +151,20 @@ def parts(
     )
 
 
-def visitor(live: LiveConfig, redis: Redis, names: Names, fetcher: Fetcher) -> Visitor:
-    """One page's visit: robots.txt and the rate limiter shared through Redis, over `fetcher`."""
+def visitor(
+    live: LiveConfig, redis: Redis, names: Names, fetcher: Fetcher, archiving: Archiving | None = None
+) -> Visitor:
+    """One page's visit: robots.txt and the rate limiter shared through Redis, over `fetcher`; with
+    `archiving`, the answers of domains with `archive: true` are archived."""
+    robots_fetcher = fetcher if archiving is None else ArchivingFetcher(fetcher, archiving)
     return Visitor(
         fetcher,
         RateLimiter(redis, names),
-        Robots(redis, names, fetcher, live.config.user_agent),
+        Robots(redis, names, robots_fetcher, live.config.user_agent),
         live.scope,
         live.rules,
         live.config.max_retry_after,
+        archiving,
     )
 
 
@@ -300,8 +329,22 @@ async def consume(
             # More domains than one connection's channels: another connection, closed with the rest.
             return await stack.enter_async_context(connections.broker(settings.amqp_url, role))
 
+        # Opens no file until an archived domain's first answer: domains.yaml may turn it on later.
+        archive = await stack.enter_async_context(
+            Archive(settings.archive_dir, max_bytes=config.archive_max_bytes, prefix=config.archive_prefix)
+        )
+        if any(rules.archive for rules in config.rules.values()):
+            archive.check()  # before any page is taken: each would fail and be retried
         made = parts(
-            f, settings.names, config, sink, fetcher, monitoring.metrics, backend, settings.database_url
+            f,
+            settings.names,
+            config,
+            sink,
+            fetcher,
+            monitoring.metrics,
+            backend,
+            settings.database_url,
+            archive,
         )
         for closing in (made.sitemap_store, made.schedule):
             if closing is not None:

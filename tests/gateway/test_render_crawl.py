@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
+from crawler.archive import Archived, read
 from crawler.settings import Settings
 from crawler.sink.sql import engine_url
 from demo.site import free_port
@@ -70,6 +71,7 @@ async def test_two_consumers_crawl_a_scripted_site_through_one_rendering_gateway
                     "obey_robots": False,
                     "retry_delays": [0.5, 1, 2],
                     "fetch": "api",
+                    "archive": True,
                 },
                 "resolve": {"a.test": site.ip},
                 "allow_private_networks": True,
@@ -88,7 +90,8 @@ async def test_two_consumers_crawl_a_scripted_site_through_one_rendering_gateway
             }
         )
     )
-    settings = Settings(amqp_url, REDIS_URL, sqlite_url, str(domains), prefix)
+    archive = tmp_path / "archive"
+    settings = Settings(amqp_url, REDIS_URL, sqlite_url, str(domains), prefix, archive_dir=str(archive))
     path = write_proxies(
         tmp_path / "p.yaml",
         [exit_proxy],
@@ -140,3 +143,19 @@ async def test_two_consumers_crawl_a_scripted_site_through_one_rendering_gateway
     assert site.url("a.test", "/from-landing") in got
     assert len(got) == 1 + len(script_links) + 2 and all(v[4] is None for v in got.values()), got
     assert await dead_letters(settings) == []
+    # Archived: the page as the site sent it (its script, no price yet), and its DOM as a conversion.
+    stored = read(archive, archived_at(sqlite_url, home))
+    assert b"createElement('p')" in stored.body and b"12.50" not in stored.body
+    assert stored.rendered is not None and b"12.50" in stored.rendered
+    assert stored.content_type == "text/html; charset=utf-8"
+
+
+def archived_at(database_url: str, url: str) -> Archived:
+    engine = sa.create_engine(engine_url(database_url))
+    try:
+        with engine.connect() as conn:
+            columns = "warc_file, warc_offset, warc_length, warc_digest, warc_date"
+            row = conn.execute(sa.text(f"SELECT {columns} FROM pages WHERE url = :u"), {"u": url}).one()
+            return Archived(*row)
+    finally:
+        engine.dispose()

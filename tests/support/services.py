@@ -68,14 +68,17 @@ def key_prefix() -> Iterator[str]:
             client.close()
 
 
-def settings_for(amqp_url: str, prefix: str, database_url: str, config_path: Path) -> Settings:
-    """Settings pointing at the test's own services."""
+def settings_for(
+    amqp_url: str, prefix: str, database_url: str, config_path: Path, archive_dir: Path | None = None
+) -> Settings:
+    """Settings pointing at the test's own services (and WARC directory: by default, beside its config)."""
     return Settings(
         amqp_url=amqp_url,
         redis_url=REDIS_URL,
         database_url=database_url,
         config_path=str(config_path),
         prefix=prefix,
+        archive_dir=str(archive_dir or config_path.parent / "archive"),
     )
 
 
@@ -88,6 +91,7 @@ def env_for(settings: Settings) -> dict[str, str]:
         CRAWLER_DATABASE_URL=settings.database_url,
         CRAWLER_CONFIG=settings.config_path,
         CRAWLER_PREFIX=settings.prefix,
+        CRAWLER_ARCHIVE_DIR=settings.archive_dir,
         PYTHONWARNINGS="error",
     )
     env.pop("CRAWLER_DEDUP", None)

@@ -16,10 +16,11 @@ from crawler.fetch.fetcher import BoundedFetcher
 from crawler.monitor.metrics import Metrics
 from crawler.names import Names
 from crawler.parse.extract import compile_fields
+from crawler.parse.reading import PARSE_HOOK
 from crawler.sink.sql import PageRecord
 from crawler.worker import wiring
 from crawler.worker.live import LiveConfig
-from crawler.worker.page import PARSE_HOOK, Outcome
+from crawler.worker.page import Outcome
 from crawler.worker.wiring import make_fetcher
 from demo.site import Reply, Site, free_port, page, serve
 from tests.parse import hooks

@@ -17,6 +17,7 @@ from crawler.frontier.retry import Failure, from_status
 from crawler.monitor.metrics import Metrics
 from crawler.parse.sitemaps import MAX_BYTES
 from crawler.sink.sitemaps import Validators
+from crawler.worker.archiving import Archiving
 
 SPOOL = 1024 * 1024  # bytes of a file held in memory before it spools to disk
 READ = 64 * 1024
@@ -51,21 +52,29 @@ async def fetch_file(
     rules: Rules,
     stored: Validators | None,
     spool: IO[bytes],
+    archiving: Archiving | None = None,
 ) -> Fetched:
-    """One request for the sitemap at `url`, its body (if any) into `spool`; counted as every fetch is."""
+    """One request for the sitemap at `url`, its body (if any) into `spool`; counted as every fetch is.
+    With `archiving`, the answer is archived (if its domain archives) before this returns."""
     started = time.monotonic()
     status: int | None = None
     error: FetchError | None = None
+    asked = _conditional(stored)
+    archive = archiving if archiving is not None and rules.archive else None
     try:
-        async with streamed(fetcher, url, rules, headers=_conditional(stored)) as answer:
+        async with streamed(fetcher, url, rules, headers=asked) as answer:
             status = answer.status_code
             etag, modified = answer.headers.get("etag"), answer.headers.get("last-modified")
-            if answer.location is not None or status == 304:
-                return Fetched(status, location=answer.location)
             failure = from_status(status, answer.headers.get("retry-after"))
-            if failure is not None:
-                return Fetched(status, failure=failure)
+            if answer.location is not None or status == 304 or failure is not None:
+                if archive is not None:  # its body is not read
+                    await archive.write(url, status, answer.headers, b"", asked, truncated=status != 304)
+                return Fetched(status, location=answer.location, failure=failure)
             signature, cut = await _spool(answer.pieces, spool)
+            if archive is not None:
+                # Held whole once while its record is written: at most MAX_BYTES.
+                spool.seek(0)
+                await archive.write(url, status, answer.headers, spool.read(), asked, truncated=cut)
             return Fetched(status, validators=Validators(etag, modified, signature), cut=cut)
     except FetchError as exc:
         error = exc

@@ -155,7 +155,9 @@ class SitemapReading:
         with tempfile.SpooledTemporaryFile(max_size=SPOOL) as spool:
             asked = rules_for_sitemaps(rules)
             fetcher = self._visitor.fetcher
-            fetched = await fetch_file(fetcher, self._metrics, domain, url, asked, stored, spool)
+            fetched = await fetch_file(
+                fetcher, self._metrics, domain, url, asked, stored, spool, self._visitor.archiving
+            )
             status = fetched.status
             if status == 304 and stored is not None:
                 await self._keep(domain, url, task, "not_modified", status=status, validators=stored)

@@ -1,0 +1,124 @@
+"""Reading the archive back: one exchange by where a row says it is, or every record of a file.
+
+A process killed while writing leaves its file's last record cut: `records` stops there with a
+warning (the rest of the file is whole), and `read` of that record raises ArchiveError.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from warcio.archiveiterator import ArchiveIterator
+from warcio.exceptions import ArchiveLoadFailed
+
+from crawler.archive.builder import RENAMED_PREFIX
+from crawler.archive.exchange import Archived
+from crawler.archive.writer import OPEN
+from crawler.errors import ArchiveError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """An archived answer: its status, headers (as the site sent them) and payload; and the DOM a
+    browser made of it, if it was rendered."""
+
+    url: str
+    date: str
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+    rendered: bytes | None = None
+
+    @property
+    def content_type(self) -> str | None:
+        """The Content-Type header, if any."""
+        return next((value for name, value in self.headers if name.lower() == "content-type"), None)
+
+
+def read(directory: Path, archived: Archived) -> Stored:
+    """The answer whose records `archived` points at; ArchiveError if the file or record is not there."""
+    path = directory / archived.file
+    if not path.exists():
+        path = directory / (archived.file + OPEN)  # still being written, or its writer was killed
+    try:
+        with path.open("rb") as file:
+            file.seek(archived.offset)
+            data = file.read(archived.length)
+    except OSError as exc:
+        raise ArchiveError(f"cannot read {path}: {exc}") from None
+    if len(data) < archived.length:
+        raise ArchiveError(
+            f"{path}: the record at {archived.offset} is cut ({len(data)} of {archived.length} bytes)"
+        )
+    try:
+        return _stored(ArchiveIterator(io.BytesIO(data)), path, archived)
+    except (ArchiveLoadFailed, zlib.error, EOFError, ValueError) as exc:
+        raise ArchiveError(f"{path}: no readable record at {archived.offset}: {exc}") from None
+
+
+def _stored(records: ArchiveIterator, path: Path, archived: Archived) -> Stored:
+    found: Stored | None = None
+    for record in records:
+        kind = record.rec_type
+        if kind == "request":
+            break  # an exchange's last record: nothing of the answer follows
+        if kind == "response" and found is None:
+            http = record.http_headers
+            found = Stored(
+                record.rec_headers.get_header("WARC-Target-URI"),
+                record.rec_headers.get_header("WARC-Date"),
+                int(http.get_statuscode()),
+                _restored(http.headers),
+                record.content_stream().read(),
+            )
+        elif kind == "conversion" and found is not None:
+            found = Stored(
+                found.url, found.date, found.status, found.headers, found.body, record.content_stream().read()
+            )
+    if found is None:
+        raise ArchiveError(f"{path}: no response record at {archived.offset}")
+    return found
+
+
+def _restored(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    # The payload is stored decoded: its coding headers stay under their X-Crawler- names.
+    return [(name, value) for name, value in headers if not name.startswith(RENAMED_PREFIX)]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One whole record of a file (warcio's names): its type, WARC and HTTP headers, payload, offset."""
+
+    rec_type: str
+    rec_headers: Any
+    http_headers: Any
+    payload: bytes
+    offset: int
+
+
+def records(path: Path) -> Iterator[Record]:
+    """Every whole record of a WARC file, in order; a cut last record ends it with a warning."""
+    with path.open("rb") as file:
+        iterator = ArchiveIterator(file)
+        offset = 0
+        try:
+            for record in iterator:
+                payload = record.content_stream().read()
+                http = record.http_headers
+                # warcio hands a cut record's payload over short, without a word.
+                if (http.total_len if http is not None else 0) + len(payload) < record.length:
+                    raise EOFError(f"{len(payload)} bytes of payload where its length says more")
+                # Asked after the payload is read: asking reads the record to its end.
+                offset = iterator.get_record_offset()
+                yield Record(record.rec_type, record.rec_headers, http, payload, offset)
+                offset += iterator.get_record_length()
+        except (ArchiveLoadFailed, zlib.error, EOFError, ValueError) as exc:
+            log.warning("%s: the record at byte %s is cut (%s); skipped", path, offset, exc)

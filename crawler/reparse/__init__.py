@@ -1,0 +1,1 @@
+"""`crawler reparse`: the current extraction run again over archived answers, fetching nothing."""

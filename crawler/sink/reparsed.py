@@ -1,0 +1,234 @@
+"""What `crawler reparse` reads and writes in the sink: the archived pages to read again, in id order,
+and each batch's rows, versions and the run's cursor, committed in one transaction."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import ColumnElement, bindparam, func, insert, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+
+from crawler.archive import Archived
+from crawler.errors import SinkError
+from crawler.sink import versions
+from crawler.sink.sql import clean_json, clean_text, create_sink_engine, engine_url, first_line
+from crawler.sink.tables import Page, Reparse
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which archived pages a run reads: of these domains (none: all), fetched at or after `since`,
+    stored by crawl `crawl`."""
+
+    domains: tuple[str, ...] = ()
+    since: datetime | None = None
+    crawl: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The run's filters as `reparses.filters` holds them: the same command finds its run."""
+        since = self.since.astimezone(UTC).isoformat() if self.since else None
+        return json.dumps(
+            {"domains": sorted(self.domains), "since": since, "crawl": self.crawl}, sort_keys=True
+        )
+
+    def where(self) -> tuple[ColumnElement[bool], ...]:
+        """The pages table's conditions for it."""
+        out: list[ColumnElement[bool]] = [Page.warc_file.is_not(None)]
+        if self.domains:
+            out.append(Page.domain.in_(self.domains))
+        if self.since is not None:
+            out.append(Page.fetched_at >= self.since.astimezone(UTC))
+        if self.crawl is not None:
+            out.append(Page.crawl_id == self.crawl)
+        return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A stored page to read again: what its row says, and where its answer is."""
+
+    id: int
+    url: str
+    domain: str
+    depth: int
+    crawl: str | None
+    final_url: str | None
+    title: str | None
+    data: dict[str, Any] | None
+    error: str | None
+    signature: str | None
+    archived: Archived
+
+
+@dataclass(frozen=True, slots=True)
+class Reread:
+    """A page's row as its new reading has it; `history`: its domain keeps versions."""
+
+    target: Target
+    title: str | None
+    data: dict[str, Any] | None
+    error: str | None
+    signature: str | None
+    history: bool
+
+
+@dataclass(slots=True)
+class Run:
+    """A run of `crawler reparse`: its cursor (the last page done) and counts so far."""
+
+    id: int
+    last_page_id: int
+    pages: int = 0
+    changed: int = 0
+    failed: int = 0
+    links: int = 0
+    resumed: bool = False
+
+
+_TARGET = (
+    *(Page.id, Page.url, Page.domain, Page.depth, Page.crawl_id, Page.final_url),
+    *(Page.title, Page.data, Page.error, Page.signature),
+    *(Page.warc_file, Page.warc_offset, Page.warc_length, Page.warc_digest, Page.warc_date),
+)
+
+
+class ReparseStore:
+    """The sink as `crawler reparse` uses it; blocking: call from a thread."""
+
+    def __init__(self, database_url: str) -> None:
+        url = engine_url(database_url)
+        self._redacted = url.render_as_string(hide_password=True)
+        self._engine = create_sink_engine(url)
+
+    def begin(self, selection: Selection, now: datetime) -> Run:
+        """The unfinished run of the same filters, to resume; else a new one."""
+
+        def begin(conn: Connection) -> Run:
+            r = Reparse
+            found = conn.execute(
+                select(r.id, r.last_page_id, r.pages, r.changed, r.failed, r.links)
+                .where(r.filters == selection.key, r.finished_at.is_(None))
+                .order_by(r.id.desc())
+                .limit(1)
+            ).first()
+            if found is not None:
+                return Run(*found, resumed=True)
+            made = conn.execute(
+                insert(r).values(filters=selection.key, started_at=now.astimezone(UTC)).returning(r.id)
+            ).scalar_one()
+            return Run(made, 0)
+
+        return self._run("beginning a reparse", begin)
+
+    def remaining(self, selection: Selection, after: int) -> int:
+        """How many pages of `selection` come after page id `after`."""
+        stmt = select(func.count()).select_from(Page).where(*selection.where(), Page.id > after)
+        return int(self._run("counting archived pages", lambda conn: conn.execute(stmt).scalar_one()))
+
+    def targets(self, selection: Selection, after: int, limit: int) -> list[Target]:
+        """Up to `limit` pages of `selection` after page id `after`, in id order."""
+        stmt = select(*_TARGET).where(*selection.where(), Page.id > after).order_by(Page.id).limit(limit)
+
+        def read(conn: Connection) -> list[Target]:
+            out = []
+            for row in conn.execute(stmt):
+                (id_, url, domain, depth, crawl, final_url, title, data, error, signature, *warc) = tuple(row)
+                file, offset, length, digest, date = warc
+                archived = Archived(file, offset, length, digest or "", date or "")
+                out.append(
+                    Target(id_, url, domain, depth, crawl, final_url, title, data, error, signature, archived)
+                )
+            return out
+
+        return self._run("reading archived pages", read)
+
+    def commit(
+        self, run: Run, rereads: Sequence[Reread], *, cursor: int, pages: int, failed: int, links: int
+    ) -> None:
+        """Store the pages whose reading changed, their versions, and the run's cursor, together."""
+
+        def commit(conn: Connection) -> None:
+            if rereads:
+                self._store(conn, rereads)
+            conn.execute(
+                update(Reparse)
+                .where(Reparse.id == run.id)
+                .values(
+                    last_page_id=cursor,
+                    pages=Reparse.pages + pages,
+                    changed=Reparse.changed + len(rereads),
+                    failed=Reparse.failed + failed,
+                    links=Reparse.links + links,
+                )
+            )
+
+        self._run("storing re-read pages", commit)
+        run.last_page_id = cursor
+        run.pages += pages
+        run.changed += len(rereads)
+        run.failed += failed
+        run.links += links
+
+    def _store(self, conn: Connection, rereads: Sequence[Reread]) -> None:
+        rows = {
+            r.target.url: {
+                "b_id": r.target.id,
+                "title": clean_text(r.title),
+                "data": r.data and clean_json(r.data),
+                "error": clean_text(r.error),
+                "signature": r.signature if r.signature is not None else r.target.signature,
+            }
+            for r in rereads
+        }
+        kept = [r for r in rereads if r.history]
+        known = versions.latest(conn, [r.target.url for r in kept])
+        planned = {}
+        for r in kept:
+            before = known.get(r.target.url)
+            row = rows[r.target.url]
+            if (
+                before is None
+                or r.error is not None
+                or (before.title, before.data) == (row["title"], row["data"])
+            ):
+                continue
+            version = {**row, "url": r.target.url, "domain": r.target.domain, "crawl_id": r.target.crawl}
+            version |= {"fetched_at": datetime.now(UTC), "status_code": before.status_code}
+            planned[r.target.url] = versions.Planned(version, (before.version or 0) + 1, "reparse", before)
+        stmt = (
+            update(Page)
+            .where(Page.id == bindparam("b_id"))
+            .values(title=bindparam("title"), data=bindparam("data"), error=bindparam("error"))
+            .values(signature=bindparam("signature"))
+        )
+        conn.execute(stmt, list(rows.values()))
+        if planned:
+            numbers = [{"b_id": rows[url]["b_id"], "version": p.number} for url, p in planned.items()]
+            conn.execute(
+                update(Page).where(Page.id == bindparam("b_id")).values(version=bindparam("version")), numbers
+            )
+            versions.write(conn, planned)
+
+    def finish(self, run: Run, now: datetime) -> None:
+        """Mark the run done: the same command later starts a new one."""
+        stmt = update(Reparse).where(Reparse.id == run.id).values(finished_at=now.astimezone(UTC))
+        self._run("finishing a reparse", lambda conn: conn.execute(stmt))
+
+    def _run(self, what: str, work: Callable[[Connection], T]) -> T:
+        try:
+            with self._engine.begin() as conn:
+                return work(conn)
+        except DBAPIError as exc:
+            raise SinkError(f"{what} in {self._redacted} failed: {first_line(exc)}") from exc
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._engine.dispose()

@@ -1,0 +1,110 @@
+"""What the worker archives: each answer of a domain with `archive: true`, as an Exchange for the
+WARC archive (crawler/archive/), written before the page's row is stored."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+import httpx
+
+from crawler.archive import Archive, Archived, Exchange
+from crawler.config import Rules
+from crawler.fetch.fetcher import REDIRECTS, Fetcher, Headers, Response
+from crawler.monitor.metrics import Metrics
+
+
+class Archiving:
+    """Writes answers to `archive`, counted under their domain (`domain_of` a URL); `sent` are the
+    headers every request carries."""
+
+    def __init__(
+        self, archive: Archive, sent: Headers, metrics: Metrics, domain_of: Callable[[str], str]
+    ) -> None:
+        self._archive = archive
+        self._sent = tuple(sent.items())
+        self._metrics = metrics
+        self._domain_of = domain_of
+
+    async def response(
+        self,
+        response: Response,
+        rules: Rules,
+        headers: Headers | None = None,
+        previous: Archived | None = None,
+    ) -> Archived | None:
+        """Archive `response` (asked with extra `headers`) if its domain archives; where it went.
+        With `previous` (the page's stored answer), a 304 or the same payload is a revisit of it."""
+        if not rules.archive:
+            return None
+        # A body not read (a redirect's, or one that is not HTML) is recorded as not read.
+        unread = not response.body and (response.status_code in REDIRECTS or not response.is_html)
+        if response.rendered:
+            # Its body is the DOM; the document as the site sent it comes only if the service said.
+            document = response.document
+            return await self.write(
+                response.url,
+                response.status_code,
+                response.headers,
+                document or b"",
+                headers,
+                raw=document is not None,
+                rendered=response.body,
+                previous=previous,
+            )
+        return await self.write(
+            response.url, response.status_code, response.headers, response.body, headers,
+            truncated=unread, previous=previous,
+        )  # fmt: skip
+
+    async def write(
+        self,
+        url: str,
+        status: int,
+        answered: httpx.Headers,
+        body: bytes,
+        headers: Headers | None = None,
+        *,
+        truncated: bool = False,
+        raw: bool = True,
+        rendered: bytes | None = None,
+        previous: Archived | None = None,
+    ) -> Archived:
+        """Archive one answer, whatever its domain's setting (the caller checked it)."""
+        sent: Sequence[tuple[str, str]] = self._sent + tuple((headers or {}).items())
+        archived = await self._archive.write(
+            Exchange(
+                url,
+                status,
+                answered.multi_items(),
+                body,
+                sent,
+                datetime.now(UTC),
+                truncated=truncated,
+                raw=raw,
+                rendered=rendered,
+                previous=previous,
+            )
+        )
+        self._metrics.observe_archived(self._domain_of(url), archived.revisit, archived.length)
+        return archived
+
+
+class ArchivingFetcher:
+    """A Fetcher whose answers are archived as they come, for requests the visit does not make
+    itself (robots.txt); closing it is its fetcher's owner's job."""
+
+    def __init__(self, fetcher: Fetcher, archiving: Archiving) -> None:
+        self._fetcher = fetcher
+        self._archiving = archiving
+
+    async def fetch(
+        self, url: str, rules: Rules, *, html_only: bool = True, headers: Headers | None = None
+    ) -> Response:
+        """The fetcher's answer, archived first if its domain archives."""
+        response = await self._fetcher.fetch(url, rules, html_only=html_only, headers=headers)
+        await self._archiving.response(response, rules, headers)
+        return response
+
+    async def aclose(self) -> None:
+        """Nothing: the fetcher it wraps is closed by its owner."""
