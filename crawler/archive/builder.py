@@ -141,8 +141,18 @@ def _renamed(headers: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     out = []
     for name, value in headers:
         canonical = RENAMED.get(name.lower())
-        out.append((RENAMED_PREFIX + canonical, value) if canonical is not None else (name, value))
+        name = RENAMED_PREFIX + canonical if canonical is not None else _writable(name)
+        out.append((name, _writable(value)))
     return out
+
+
+def _writable(text: str) -> str:
+    """A header as a record can hold it: a byte the site sent that is no UTF-8 (kept by the HTTP
+    client as a lone surrogate) becomes U+FFFD, a line break a space."""
+    if text.isascii() and "\r" not in text and "\n" not in text:
+        return text
+    cleaned = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return cleaned.replace("\r", " ").replace("\n", " ")
 
 
 def _serialized(writer: WARCWriter, record: Any) -> bytes:

@@ -8,6 +8,7 @@ one batch is synced go in the next batch: one fsync serves them all, as a group 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import re
@@ -78,16 +79,28 @@ class _Files:
 
     def write(self, packed: list[Packed]) -> list[Archived]:
         out = []
-        for data, digest, date, revisit in packed:
-            file = self._room(len(data))
-            offset = self._size
-            file.write(data)
-            self._size += len(data)
-            out.append(Archived(self._name, offset, len(data), digest, date, revisit))
-        if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
+        try:
+            for data, digest, date, revisit in packed:
+                file = self._room(len(data))
+                offset = self._size
+                file.write(data)
+                self._size += len(data)
+                out.append(Archived(self._name, offset, len(data), digest, date, revisit))
+            if self._file is not None:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+        except OSError:
+            # What reached the file is unknown (a record may be cut): the next write begins a new
+            # one, and this one keeps its `.open` name, as a killed process's does.
+            self._abandon()
+            raise
         return out
+
+    def _abandon(self) -> None:
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self._file = None
 
     def _room(self, size: int) -> IO[bytes]:
         if self._file is not None and self._size > self._opening and self._size + size > self._max_bytes:

@@ -160,6 +160,37 @@ async def test_a_file_cut_mid_record_reads_to_the_cut_with_a_warning_and_the_cut
 
 
 @pytest.mark.timeout(30)
+async def test_headers_a_record_cannot_hold_as_sent_are_made_writable(tmp_path: Path) -> None:
+    hostile = [("Content-Type", "text/html"), ("X-Bytes", "caf\udce9"), ("X-Lines", "a\r\nSet-Cookie: x")]
+    (where,) = await write(tmp_path, Exchange(URL, 200, hostile, b"ok", SENT, datetime.now(UTC)))
+    stored = read(tmp_path, where)
+    # warcio writes a header that is not ASCII percent-encoded.
+    assert ("X-Bytes", "caf%EF%BF%BD") in stored.headers and ("X-Lines", "a  Set-Cookie: x") in stored.headers
+    check(tmp_path / where.file)
+
+
+@pytest.mark.timeout(30)
+async def test_a_failed_write_is_an_archive_error_and_the_next_write_begins_a_new_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with Archive(tmp_path, max_bytes=1_000_000, prefix="t") as archive:
+        first = await archive.write(exchange(b"<html>one</html>"))
+
+        def full(fd: int) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(os, "fsync", full)
+        with pytest.raises(ArchiveError, match="No space left on device"):
+            await archive.write(exchange(b"<html>two</html>"))
+        monkeypatch.undo()
+        third = await archive.write(exchange(b"<html>three</html>"))
+    assert third.file != first.file
+    assert listed(tmp_path) == sorted([first.file + ".open", third.file])
+    assert read(tmp_path, first).body == b"<html>one</html>"
+    assert read(tmp_path, third).body == b"<html>three</html>"
+
+
+@pytest.mark.timeout(30)
 async def test_a_directory_that_cannot_be_written_is_an_archive_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a directory")
     with pytest.raises(ArchiveError, match="cannot write to the archive directory"):
