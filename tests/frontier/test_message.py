@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from crawler.archive import Archived
 from crawler.errors import InvalidMessage
 from crawler.frontier.message import MAX_MESSAGE_BYTES, CrawlMessage, Refresh, SitemapTask
 
@@ -20,6 +21,10 @@ def test_a_refresh_carries_its_rows_validators_signature_interval_and_gone_count
     assert CrawlMessage.decode(message.encode()) == message
     bare = CrawlMessage("http://a.test/", refresh=Refresh())
     assert CrawlMessage.decode(bare.encode()).refresh == Refresh()
+    # Its stored answer in the WARC archive, which a 304 or the same payload is a revisit of.
+    archived = Archived("crawler-1.warc.gz", 301, 740, "sha1:ABC", "2026-12-05T07:48:53.018608Z")
+    kept = CrawlMessage("http://a.test/", refresh=Refresh(archived=archived))
+    assert CrawlMessage.decode(kept.encode()).refresh == Refresh(archived=archived)
 
 
 def test_a_sitemap_task_carries_its_round_depth_and_kind() -> None:
@@ -61,6 +66,11 @@ def test_fields_a_newer_worker_adds_are_ignored() -> None:
         (b'{"v": 1, "url": "http://a.test/", "refresh": {"interval": -1}}', "'refresh.interval'"),
         (b'{"v": 1, "url": "http://a.test/", "refresh": {"interval": true}}', "'refresh.interval'"),
         (b'{"v": 1, "url": "http://a.test/", "refresh": {"gone": "2"}}', "'refresh.gone'"),
+        (b'{"v": 1, "url": "http://a.test/", "refresh": {"archived": ["f", 1, 2]}}', "'refresh.archived'"),
+        (
+            b'{"v": 1, "url": "http://a.test/", "refresh": {"archived": ["f", "1", 2, "sha1:X", "d"]}}',
+            "'refresh.archived'",
+        ),
         (b'{"v": 1, "url": "http://a.test/", "sitemap": 1}', "'sitemap' is not a JSON object"),
         (b'{"v": 1, "url": "http://a.test/", "sitemap": {}}', "'sitemap.round'"),
         (b'{"v": 1, "url": "http://a.test/", "sitemap": {"round": "a b"}}', "'sitemap.round'"),
