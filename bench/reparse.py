@@ -5,7 +5,7 @@ python -m bench.reparse [--pages 20000] [--workers 1,2]
 
 The pages are written to a WARC archive in a temporary directory, their rows to a temporary SQLite
 database, as a crawl with `archive: true` leaves them; nothing is fetched. Each run reads every page
-from the archive, extracts a title and a price, and stores the rows whose reading changed (all of
+from the archive, extracts three fields (EXTRACT), and stores the rows whose reading changed (all of
 them: the rows are cleared before each run). Links are not routed (`--no-links`): that is the
 frontier's cost, measured by bench.run.
 """
@@ -29,6 +29,12 @@ from crawler.sink.reparsed import ReparseStore, Selection
 from crawler.sink.sql import PageRecord, Sink, migrate
 
 HEADERS = [("Content-Type", "text/html; charset=utf-8"), ("Content-Encoding", "gzip")]
+# A few fields of the kinds a domains.yaml has: a required text, a number by regex, an attribute.
+EXTRACT = {
+    "title": {"css": "h1", "required": True},
+    "price": {"css": ".price", "regex": r"[0-9.]+", "type": "float"},
+    "first_link": {"css": "ul.links a", "attr": "href"},
+}
 
 
 async def build(spec: SiteSpec, directory: Path, database_url: str) -> int:
@@ -61,7 +67,7 @@ async def measure(config: CrawlConfig, database_url: str, directory: Path, worke
         conn.execute("UPDATE pages SET title = NULL, data = NULL")
     store = ReparseStore(database_url)
     try:
-        reparser = Reparser(config, store, str(directory), Selection(), workers=workers, router=None)
+        reparser = Reparser(config, store, str(directory), Selection(), workers=workers, links=None)
         return await reparser.run(asyncio.Event(), lambda _: None)
     finally:
         store.close()
@@ -73,9 +79,8 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2", help="process counts to measure, comma-separated")
     args = parser.parse_args()
     spec = SiteSpec(pages=max(args.pages // 4, 1))
-    config = CrawlConfig.model_validate(
-        {"domains": {h: {"archive": True, "extract": {"title": "h1", "price": ".price"}} for h in spec.hosts}}
-    )
+    domains = {h: {"archive": True, "extract": EXTRACT} for h in spec.hosts}
+    config = CrawlConfig.model_validate({"domains": domains})
     with tempfile.TemporaryDirectory() as tmp:
         directory, database_url = Path(tmp) / "archive", f"sqlite:///{tmp}/bench.db"
         started = time.monotonic()

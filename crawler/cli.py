@@ -40,6 +40,7 @@ from crawler.monitor.status import render, status, watch
 from crawler.names import HEARTBEAT_TTL
 from crawler.programs import EXIT_USAGE, Parser, closed_pipe, loop_factory
 from crawler.redact import redact
+from crawler.reparse.linking import links_into
 from crawler.reparse.run import Progress as ReparseProgress
 from crawler.reparse.run import Reparser
 from crawler.scheduler.running import scheduling
@@ -53,6 +54,7 @@ from crawler.sink.sitemaps import SitemapRead, SitemapStore
 from crawler.sink.sql import migrate
 from crawler.worker import wiring
 from crawler.worker.alongside import background
+from crawler.worker.signals import EXIT_ABORTED
 from crawler.worker.watching import Monitoring
 
 EXIT_OK = 0
@@ -572,16 +574,30 @@ def _workers(text: str) -> int:
 
 async def _reparse(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> int:
     """`crawler reparse`: until every selected page is read again, or Ctrl-C / SIGTERM (then it
-    finishes its batch, and the same command resumes)."""
+    finishes its batch and exits 130 / 143, and the same command resumes; a second one exits now)."""
     domains = tuple(wiring.check_domains(config, args.reparse_domains)) if args.reparse_domains else ()
     selection = Selection(domains, parse_since(args.since) if args.since else None, args.crawl)
+    if not await asyncio.to_thread(os.path.isdir, settings.archive_dir):
+        raise ConfigError(
+            f"no archive directory {settings.archive_dir!r}: set CRAWLER_ARCHIVE_DIR to the workers' one"
+        )
     await asyncio.to_thread(migrate, settings.database_url)
     stop = asyncio.Event()
+    received: list[signal.Signals] = []
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig)
+        if len(received) > 1:
+            print(f"second {sig.name}: exiting now; the same command resumes", file=sys.stderr)
+            os._exit(EXIT_ABORTED)  # the batch under way is lost, the ones committed are not
+        print(f"{sig.name}: finishing the batch under way; again to exit now", file=sys.stderr)
+        stop.set()
+
     # Only a main thread can take signals (a caller may run this command in another).
     stoppable = threading.current_thread() is threading.main_thread()
-    for signum in (signal.SIGINT, signal.SIGTERM) if stoppable else ():
-        loop.add_signal_handler(signum, stop.set)
+    for sig in (signal.SIGINT, signal.SIGTERM) if stoppable else ():
+        loop.add_signal_handler(sig, on_signal, sig)
     store = ReparseStore(settings.database_url)
     last = [0.0]
 
@@ -589,35 +605,35 @@ async def _reparse(settings: Settings, config: CrawlConfig, args: argparse.Names
         if time.monotonic() - last[0] >= 2 or p.done == p.total:
             last[0] = time.monotonic()
             share = f" ({100 * p.done / p.total:.0f}%)" if p.total else ""
-            rate = p.rate
             print(
                 f"reparse: {p.done:,} of {p.total:,} pages{share}, {p.changed:,} changed, "
-                f"{p.failed:,} unreadable, {p.links:,} links routed; {rate:,.0f} pages/s",
+                f"{p.failed:,} unreadable, {p.links:,} links routed; {p.rate:,.0f} pages/s",
                 file=sys.stderr,
             )
 
     try:
         async with AsyncExitStack() as stack:
-            router = None
+            links = None
             if not args.no_links:
-                router = await stack.enter_async_context(wiring.routing(settings, config, "crawler reparse"))
+                f = await stack.enter_async_context(wiring.frontier(settings, "crawler reparse", config))
+                links = await stack.enter_async_context(
+                    links_into(f.connection, f.seen, f.redis, config, settings.names)
+                )
             workers = args.workers or os.cpu_count() or 1
-            reparser = Reparser(
-                config, store, settings.archive_dir, selection, workers=workers, router=router
-            )
+            reparser = Reparser(config, store, settings.archive_dir, selection, workers=workers, links=links)
             done = await reparser.run(stop, report)
     finally:
         store.close()
-        for signum in (signal.SIGINT, signal.SIGTERM) if stoppable else ():
-            loop.remove_signal_handler(signum)
+        for sig in (signal.SIGINT, signal.SIGTERM) if stoppable else ():
+            loop.remove_signal_handler(sig)
     resumed = " (resumed)" if done.resumed else ""
     print(
         f"{done.done:,} pages read again{resumed}: {done.changed:,} changed, {done.skipped:,} not pages "
         f"(redirects, errors, not HTML), {done.failed:,} unreadable, {done.links:,} links routed"
     )
-    if stop.is_set() and done.done < done.total:
+    if received and done.done < done.total:
         print("stopped: the same command resumes where this one stopped", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return 128 + received[0]  # 130 for Ctrl-C, 143 for SIGTERM, as a shell reports them
     return EXIT_OK
 
 

@@ -4,22 +4,29 @@ configuration and an event loop (for parse hooks) of its own."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from crawler.archive import read
+import httpx
+
 from crawler.config import CrawlConfig
 from crawler.errors import ArchiveError
-from crawler.fetch.fetcher import HTML_TYPES
+from crawler.fetch.fetcher import HTML_TYPES, REDIRECTS
 from crawler.parse.extract import Fields, compile_fields
 from crawler.parse.reading import PageRead, read_page, read_page_now
+from crawler.reparse.records import Answer, ArchiveFile
 from crawler.sink.reparsed import Target
 
-Outcome = Literal["read", "skipped", "missing"]
+Outcome = Literal["read", "skipped", "unconfigured", "missing"]
 RENDERED_TYPE = "text/html; charset=utf-8"  # a DOM is serialized as UTF-8
+ORPHAN_CHECK = 1.0  # seconds between a pool process's looks at whether its parent is still there
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,40 +56,72 @@ def start(config: CrawlConfig, directory: str) -> None:
     # Ctrl-C reaches the whole process group: the parent stops the run, each process its batch.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _process = _Process(config, Path(directory), asyncio.new_event_loop())
+    threading.Thread(target=_orphaned, args=(os.getppid(),), daemon=True).start()
+
+
+def _orphaned(parent: int) -> None:
+    # A pool process waits on a queue it holds both ends of: a parent killed (SIGKILL, or exiting
+    # at a second Ctrl-C) would leave it waiting for ever.
+    while os.getppid() == parent:
+        time.sleep(ORPHAN_CHECK)
+    os._exit(0)
 
 
 def reread(targets: Sequence[Target], links: bool = True) -> list[Result]:
-    """Read `targets` again from the archive, as `start` configured this process; without `links`,
-    their links are left out (not routed, they need not travel back)."""
-    assert _process is not None, "start() first"
-    results = [_reread(_process, target) for target in targets]
+    """Read `targets` again from the archive (each file opened once: give them in file and offset
+    order), as `start` configured this process; without `links`, their links are left out."""
+    process = _process
+    assert process is not None, "start() first"
+    results: list[Result] = []
+    for name, group in groupby(targets, key=lambda t: t.archived.file):
+        with ArchiveFile(process.directory, name) as file:
+            results.extend(_reread(process, file, target) for target in group)
     if links:
         return results
+    # Not routed: they need not travel back to the parent.
     return [r if r.read is None else replace(r, read=replace(r.read, links=[])) for r in results]
 
 
-def _reread(process: _Process, target: Target) -> Result:
+def _reread(process: _Process, file: ArchiveFile, target: Target) -> Result:
     try:
-        stored = read(process.directory, target.archived)
+        answer = file.answer(target.archived)
     except ArchiveError as exc:
         return Result(target, "missing", note=str(exc))
-    body = stored.rendered if stored.rendered is not None else stored.body
-    media = (stored.content_type or "text/html").split(";")[0].strip().lower()
-    if not 200 <= stored.status < 300 or (stored.rendered is None and media not in HTML_TYPES):
-        return Result(target, "skipped")  # never extracted: a redirect, an error, not HTML
+    stored = answer.stored
+    if not _page(answer):
+        return Result(target, "skipped")
+    if target.domain not in process.config.rules:
+        return Result(target, "unconfigured")  # no extraction of its own now: its row is left alone
     rules = process.config.rules_for(target.domain)
     fields = process.fields.get(target.domain)
     if fields is None:
         fields = process.fields[target.domain] = compile_fields(rules.extract)
     final_url = target.final_url or target.url
+    # A rendered page is read from its DOM, as the crawl read it.
+    body = stored.rendered if stored.rendered is not None else stored.body
     content_type = RENDERED_TYPE if stored.rendered is not None else stored.content_type
     sign = target.signature is not None
     got = read_page_now(target.url, final_url, body, content_type, rules, fields, sign=sign)
     if got is None:  # a parse hook: it may be async, and has a deadline
-        headers: dict[str, Any] = dict(stored.headers)
+        # The headers as the crawl's hook saw them: case-insensitive, repeated ones kept.
+        headers = httpx.Headers(stored.headers)
         reading = read_page(
             target.url, final_url, stored.status, headers, body, content_type, rules, fields,
             seconds=rules.timeout, sign=sign,
         )  # fmt: skip
         got = process.loop.run_until_complete(reading)
     return Result(target, "read", got)
+
+
+def _page(answer: Answer) -> bool:
+    """Whether the crawl extracted this answer: not an error nor a redirect, and HTML it read (or
+    the DOM a browser made of it)."""
+    stored = answer.stored
+    if stored.status >= 400:
+        return False
+    if stored.status in REDIRECTS and any(n.lower() == "location" and v.strip() for n, v in stored.headers):
+        return False
+    if stored.rendered is not None:
+        return True
+    media = (stored.content_type or "text/html").split(";")[0].strip().lower()
+    return not answer.truncated and media in HTML_TYPES

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import multiprocessing
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -16,13 +17,17 @@ from datetime import UTC, datetime
 from itertools import chain
 
 from crawler.config import CrawlConfig
-from crawler.frontier.router import Router
 from crawler.reparse.extraction import Result, reread, start
+from crawler.reparse.linking import Links
 from crawler.sink.reparsed import ReparseStore, Reread, Run, Selection, Target
 
 log = logging.getLogger(__name__)
-BATCH = 2_000  # pages per commit: what a stop may have to do again
-CHUNK = 100  # pages per task of a pool process
+BATCH = 500  # pages per commit: what a stop finishes, and a kill may have to do again
+CHUNK = 100  # most pages in one task of a pool process (fewer: every process gets a share)
+AHEAD = 2  # batches in the pool at once: the next one is read while the parent writes one
+
+Reading = asyncio.Future[list[list[Result]]]
+"""A batch being read by the pool: its chunks' results."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +46,7 @@ class Progress:
 
 
 class Reparser:
-    """Runs `crawler reparse` over `selection`, with `workers` processes; `router` None: no links."""
+    """Runs `crawler reparse` over `selection`, with `workers` processes; `links` None: no links routed."""
 
     def __init__(
         self,
@@ -51,7 +56,7 @@ class Reparser:
         selection: Selection,
         *,
         workers: int,
-        router: Router | None,
+        links: Links | None,
         batch: int = BATCH,
     ) -> None:
         self._config = config
@@ -59,13 +64,17 @@ class Reparser:
         self._archive_dir = archive_dir
         self._selection = selection
         self._workers = workers
-        self._router = router
+        self._links = links
         self._batch = batch
+        self._chunk = max(1, min(CHUNK, math.ceil(batch / workers)))
         self._skipped = 0
         self._before = 0  # pages an earlier process of the run had done
+        self._warned: set[str] = set()  # files whose unreadable records were said
+        self._unconfigured: set[str] = set()  # domains met that domains.yaml no longer has
 
     async def run(self, stop: asyncio.Event, report: Callable[[Progress], None]) -> Progress:
-        """Read every selected page again (until `stop` is set); where the run stands at the end."""
+        """Read every selected page again (until `stop` is set: the batch under way is finished and
+        committed); where the run stands at the end."""
         run = await asyncio.to_thread(self._store.begin, self._selection, datetime.now(UTC))
         total = run.pages + await asyncio.to_thread(self._store.remaining, self._selection, run.last_page_id)
         self._before = run.pages
@@ -75,45 +84,83 @@ class Reparser:
         pool = ProcessPoolExecutor(
             self._workers, context, initializer=start, initargs=(self._config, self._archive_dir)
         )
+        ahead: deque[tuple[list[Target], Reading]] = deque()
+        after, exhausted = run.last_page_id, False
         progress = self._progress(run, total, started)
         try:
-            while not stop.is_set():
-                targets = await asyncio.to_thread(
-                    self._store.targets, self._selection, run.last_page_id, self._batch
-                )
-                if not targets:
-                    await asyncio.to_thread(self._store.finish, run, datetime.now(UTC))
+            while True:
+                while not exhausted and not stop.is_set() and len(ahead) < AHEAD:
+                    targets = await asyncio.to_thread(
+                        self._store.targets, self._selection, after, self._batch
+                    )
+                    if targets:
+                        after = targets[-1].id
+                        ahead.append((targets, self._read(pool, targets)))
+                    exhausted = len(targets) < self._batch
+                if not ahead:
                     break
-                await self._one_batch(pool, run, targets)
+                targets, reading = ahead.popleft()
+                await self._commit(run, targets, list(chain.from_iterable(await reading)))
                 progress = self._progress(run, total, started)
                 report(progress)
+                if stop.is_set():
+                    break
+            if exhausted and not ahead:
+                await asyncio.to_thread(self._store.finish, run, datetime.now(UTC))
         finally:
+            for _, reading in ahead:  # read ahead, never to be committed: the next run reads them
+                reading.cancel()
+                if reading.done() and not reading.cancelled():
+                    reading.exception()  # retrieved: a failure of a batch dropped is no news
             pool.shutdown(wait=True, cancel_futures=True)
         return progress
 
-    async def _one_batch(self, pool: ProcessPoolExecutor, run: Run, targets: Sequence[Target]) -> None:
+    def _read(self, pool: ProcessPoolExecutor, targets: Sequence[Target]) -> Reading:
+        """The batch handed to the pool, each process a share of it in file and offset order."""
         loop = asyncio.get_running_loop()
-        # A file's records read in offset order, by one process: its pages stay in the page cache.
         ordered = sorted(targets, key=lambda t: (t.archived.file, t.archived.offset))
-        chunks = [ordered[i : i + CHUNK] for i in range(0, len(ordered), CHUNK)]
-        routing = self._router is not None
-        done = await asyncio.gather(*(loop.run_in_executor(pool, reread, chunk, routing) for chunk in chunks))
-        results = list(chain.from_iterable(done))
+        size = self._chunk
+        links = self._links is not None
+        chunks = [ordered[i : i + size] for i in range(0, len(ordered), size)]
+        return asyncio.gather(*(loop.run_in_executor(pool, reread, chunk, links) for chunk in chunks))
+
+    async def _commit(self, run: Run, targets: Sequence[Target], results: Sequence[Result]) -> None:
+        """Route the batch's links, then store its changed rows and the run's cursor together."""
         missing = [r for r in results if r.outcome == "missing"]
-        for note in sorted({r.note for r in missing if r.note}):
-            log.warning("reparse: %s; its pages are left as they are", note)
-        self._skipped += sum(1 for r in results if r.outcome == "skipped")
+        self._warn(results)
+        self._skipped += sum(1 for r in results if r.outcome in ("skipped", "unconfigured"))
         links = await self._route(results, run)
         changed = [reread_ for r in results if (reread_ := self._changed(r)) is not None]
         await asyncio.to_thread(
             self._store.commit,
             run,
             changed,
-            cursor=max(t.id for t in targets),
+            cursor=targets[-1].id,
             pages=len(targets),
             failed=len(missing),
             links=links,
         )
+
+    def _warn(self, results: Sequence[Result]) -> None:
+        """One line per file with unreadable records, and per domain no longer configured, the first
+        time each is met."""
+        unreadable: dict[str, list[Result]] = defaultdict(list)
+        for r in results:
+            if r.outcome == "missing":
+                unreadable[r.target.archived.file].append(r)
+        for name in sorted(unreadable.keys() - self._warned):
+            self._warned.add(name)
+            found = unreadable[name]
+            log.warning(
+                "reparse: %s: %d page(s) of it unreadable (%s); they are left as they are",
+                name,
+                len(found),
+                found[0].note,
+            )
+        gone = {r.target.domain for r in results if r.outcome == "unconfigured"}
+        for domain in sorted(gone - self._unconfigured):
+            self._unconfigured.add(domain)
+            log.warning("reparse: %s is no longer in domains.yaml: its pages are left as they are", domain)
 
     def _changed(self, result: Result) -> Reread | None:
         """The row `result` makes, if it differs from the stored one."""
@@ -131,20 +178,13 @@ class Reparser:
 
     async def _route(self, results: Sequence[Result], run: Run) -> int:
         """Route the links of the pages read; those seen before are dropped by dedup. How many went."""
-        if self._router is None:
+        if self._links is None:
             return 0
-        groups: dict[tuple[int, str | None], list[str]] = defaultdict(list)
-        for r in results:
-            if r.read is not None and r.read.links:
-                groups[r.target.depth + 1, r.target.crawl].extend(r.read.links)
-        routed = 0
-        for (depth, crawl), urls in groups.items():
-            # One claimant per run: a resumed run may publish again what it claimed but never confirmed.
-            done = await self._router.route(
-                urls, depth=depth, claimant=f"reparse:{run.id}".encode(), crawl=crawl
-            )
-            routed += sum(done.by_domain.values())
-        return routed
+        found = [
+            (r.target.depth + 1, r.target.crawl, r.read.links) for r in results if r.read and r.read.links
+        ]
+        # One claimant per run: a resumed run may publish again what it claimed but never confirmed.
+        return await self._links.route(found, f"reparse:{run.id}".encode())
 
     def _progress(self, run: Run, total: int, started: float) -> Progress:
         seconds = time.monotonic() - started

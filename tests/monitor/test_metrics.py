@@ -77,6 +77,7 @@ def exercised() -> Metrics:
     m.observe_version("a.test", "changed")
     m.observe_sitemap_file("a.test", "read")
     m.observe_sitemap_url("a.test", "dropped", "other_host", 3)
+    m.observe_archived("a.test", False, 9_000)
     m.add_credits("scraping-api", 2)
     m.message_started("a.test")
     m.observe_queue("crawler.domain.a.test", "domain", "a.test", 7, 2)
