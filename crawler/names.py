@@ -54,6 +54,13 @@ CLOSE_WAIT = 5.0
 GONE_KEPT = 24 * 3600.0
 # A round of sitemap reading remembers the files it has read this long: far longer than a round takes.
 SITEMAP_ROUND_TTL = 24 * 3600
+# Workers add what their fetches answered to a Redis tally per domain per ANSWERS_STEP seconds, kept
+# ANSWERS_KEPT: the console reads the fleet's recent errors by status class from it, without Prometheus.
+ANSWERS_STEP = 10
+ANSWERS_KEPT = 900
+# A crawler-gateway replica reports its exits and keys every third of this; its report expires after
+# it unless renewed.
+GATEWAY_REPORT_TTL = 15.0
 
 
 def delay_label(seconds: float) -> str:
@@ -249,6 +256,11 @@ class Names:
         """Redis hash of one crawl's outcomes, field `domain kind` -> count."""
         return f"{self.prefix}:c:{crawl}:counts"
 
+    def crawl_series_key(self, crawl: str) -> str:
+        """Redis hash of one crawl's pages over time, field `domain step index` -> pages stored in
+        [index * step, (index + 1) * step) seconds of Unix time; `start` is when its first was."""
+        return f"{self.prefix}:c:{crawl}:series"
+
     @property
     def cancelled_key(self) -> str:
         """Redis set of cancelled crawl ids: their messages are acked, not fetched, fleet-wide."""
@@ -267,3 +279,16 @@ class Names:
     def workers_key(self) -> str:
         """Redis hash of every worker's last heartbeat, kept after it expires to flag silent ones."""
         return f"{self.prefix}:workers"
+
+    def answers_key(self, step: int) -> str:
+        """Redis hash of the fleet's fetch answers in one ANSWERS_STEP (field: domain, tab, kind)."""
+        return f"{self.prefix}:answers:{step}"
+
+    def gateway_key(self, replica: str) -> str:
+        """Redis string of one live crawler-gateway replica's report; it expires unless renewed."""
+        return f"{self.prefix}:gateway:{replica}"
+
+    @property
+    def gateways_key(self) -> str:
+        """Redis hash of every gateway replica's last report, kept after it expires to flag silent ones."""
+        return f"{self.prefix}:gateways"

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -19,6 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as ASGIScope
 
+from crawler.api import console
 from crawler.api.security import Scope, Token, allows, authenticate
 from crawler.config import CrawlConfig
 from crawler.errors import (
@@ -31,7 +33,15 @@ from crawler.errors import (
     SinkError,
 )
 from crawler.frontier.message import CRAWL_ID
-from crawler.service import Control, CrawlView, DomainView, NewCrawl, VersionsView
+from crawler.service import (
+    Control,
+    CrawlView,
+    DomainView,
+    FleetView,
+    NewCrawl,
+    SeriesView,
+    VersionsView,
+)
 from crawler.service.inputs import DEAD_LIMIT, CrawlRequest, DeadReason, RecrawlRequest
 from crawler.settings import Settings
 from crawler.sink.history import PageState, StoredVersion
@@ -39,7 +49,11 @@ from crawler.sink.history import PageState, StoredVersion
 MAX_BODY_BYTES = 64 * 1024
 PROBLEM = "application/problem+json"
 CrawlId = Annotated[str, Path(pattern=CRAWL_ID.pattern, max_length=64, description="a crawl's id")]
-VERSIONS_LIMIT = (1, 1_000)  # versions of a page in one answer, at least and at most
+VERSIONS_LIMIT = (1, 1_000)
+CRAWLS_LIMIT = (
+    1,
+    1_000,
+)  # crawls in one answer, at least and at most  # versions of a page in one answer, at least and at most
 MAX_ID = 2**63 - 1  # the database's ids and numbers are 64-bit at most
 
 
@@ -105,26 +119,85 @@ class CrawlOut(BaseModel):
 
 
 class CrawlList(BaseModel):
-    """Crawls, newest first."""
+    """Crawls, newest first; `next` is the path of the older ones (null: none are left)."""
 
     crawls: list[CrawlOut]
+    next: str | None = None
+
+
+class SeriesOut(BaseModel):
+    """Pages a crawl stored per domain in each `step` seconds from `start` (pages/s: n / step); a
+    coarse span of an old crawl is shared among the steps it covers, so a count may be a fraction."""
+
+    crawl: str
+    start: datetime
+    step: int
+    domains: dict[str, list[float]]
+
+    @classmethod
+    def of(cls, view: SeriesView) -> SeriesOut:
+        """The response body of a crawl's series."""
+        return cls(crawl=view.crawl, start=view.start, step=view.step, domains=view.domains)
+
+
+class RobotsOut(BaseModel):
+    """A domain's robots.txt over its origins: ok, none (all allowed), unavailable, or unknown yet."""
+
+    state: Literal["ok", "none", "unavailable", "unknown"]
+    origins: int
+    detail: str | None
+
+
+class FreshnessOut(BaseModel):
+    """A domain's pages due for a refresh, and how long the oldest of them has waited."""
+
+    due: int
+    overdue_seconds: float | None
 
 
 class DomainOut(BaseModel):
-    """A configured domain."""
+    """A configured domain: its queue, rates (configured, and after back-off), answers of the last
+    `window` seconds by kind, robots.txt, and whether its site is refusing the crawler (and why)."""
 
     domain: str
     depth: int
     unacked: int | None
     rate: float
+    effective_rate: float
+    backoff: float
+    held_seconds: float
     pages_per_second: float
     paused: bool
     workers: int
+    answers: dict[str, int]
+    window: int
+    refused: bool
+    refused_why: str | None
+    robots: RobotsOut
+    freshness: FreshnessOut
 
     @classmethod
     def of(cls, view: DomainView) -> DomainOut:
         """The response body of a domain's view."""
-        return cls(**{k: getattr(view, k) for k in cls.model_fields})
+        h = view.health
+        return cls(
+            domain=view.domain,
+            depth=view.depth,
+            unacked=view.unacked,
+            rate=view.rate,
+            effective_rate=round(view.rate * h.backoff.factor, 4) if h.backoff.held <= 0 else 0.0,
+            backoff=h.backoff.factor,
+            held_seconds=h.backoff.held,
+            pages_per_second=view.pages_per_second,
+            paused=view.paused,
+            workers=view.workers,
+            answers=h.answers.counts,
+            window=h.window,
+            refused=h.refused_why is not None,
+            refused_why=h.refused_why,
+            robots=RobotsOut(state=h.robots.state, origins=h.robots.origins, detail=h.robots.detail),
+            freshness=FreshnessOut(due=view.due, overdue_seconds=view.overdue_seconds),
+        )
 
 
 class DomainList(BaseModel):
@@ -150,6 +223,117 @@ class DeadList(BaseModel):
     """Dead letters, oldest first."""
 
     dead: list[DeadLetterOut]
+
+
+class DeadGroupOut(BaseModel):
+    """Dead letters of one domain for one reason: how many, the newest one's error and time."""
+
+    domain: str
+    reason: str
+    count: int
+    last_error: str
+    last_time: str
+
+
+class DeadSummary(BaseModel):
+    """Every dead letter counted by domain and reason, most first."""
+
+    groups: list[DeadGroupOut]
+    total: int
+
+
+class WorkerOut(BaseModel):
+    """A worker by its heartbeat: live, late (missed beats) or gone; `age` in seconds (null: gone)."""
+
+    id: str
+    host: str
+    pid: int
+    role: str
+    state: Literal["live", "late", "gone"]
+    age: float | None
+    pages: int
+    started: str
+    domains: list[str]
+
+
+class ExitOut(BaseModel):
+    """A gateway exit: healthy, cooling (banned by some domains for a while) or dead (probed again in
+    `dead_for` seconds)."""
+
+    id: str
+    state: Literal["healthy", "cooling", "dead"]
+    cooling: list[str]
+    dead_for: float | None
+
+
+class KeyOut(BaseModel):
+    """A gateway API key's credits spent, against its budget (null: none)."""
+
+    id: str
+    credits: float
+    budget: float | None
+
+
+class GatewayOut(BaseModel):
+    """A crawler-gateway replica by its last report, with its exits and keys."""
+
+    id: str
+    host: str
+    pid: int
+    state: Literal["live", "late", "gone"]
+    age: float | None
+    exits: list[ExitOut]
+    keys: list[KeyOut]
+
+
+class DomainFreshnessOut(BaseModel):
+    """A domain's schedule: whether it recrawls, its pages due, the oldest one's wait in seconds."""
+
+    domain: str
+    recrawls: bool
+    due: int
+    overdue_seconds: float | None
+
+
+class FleetOut(BaseModel):
+    """Workers, gateway replicas, and freshness per domain."""
+
+    workers: list[WorkerOut]
+    gateways: list[GatewayOut]
+    freshness: list[DomainFreshnessOut]
+
+    @classmethod
+    def of(cls, view: FleetView) -> FleetOut:
+        """The response body of the fleet's view."""
+        return cls(
+            workers=[
+                WorkerOut(state=w.state, age=w.age, **_fields(w.worker, WorkerOut)) for w in view.workers
+            ],
+            gateways=[
+                GatewayOut(
+                    state=g.state,
+                    age=g.age,
+                    exits=[ExitOut(**asdict(e)) for e in g.report.exits],
+                    keys=[KeyOut(**asdict(k)) for k in g.report.keys],
+                    **_fields(g.report, GatewayOut),
+                )
+                for g in view.gateways
+            ],
+            freshness=[DomainFreshnessOut(**asdict(f)) for f in view.freshness],
+        )
+
+
+class WhoAmI(BaseModel):
+    """The token this request was made with: its name and scope (never its secret)."""
+
+    name: str
+    scope: Literal["read", "admin"]
+
+
+def _fields(source: Any, model: type[BaseModel]) -> dict[str, Any]:
+    """The fields of `source` that `model` has and is not given otherwise."""
+    taken = {"state", "age", "exits", "keys"}
+    return {k: getattr(source, k) for k in model.model_fields if k not in taken and hasattr(source, k)}
 
 
 class PageOut(BaseModel):
@@ -292,16 +476,34 @@ async def create_crawl(body: NewCrawlIn, request: Request, response: Response) -
 
 @v1.get("/crawls", dependencies=READ, response_model=CrawlList)
 async def list_crawls(
-    request: Request, state: Literal["running", "finished", "cancelled"] | None = None
+    request: Request,
+    state: Literal["running", "finished", "cancelled"] | None = None,
+    limit: Annotated[int, Query(ge=CRAWLS_LIMIT[0], le=CRAWLS_LIMIT[1])] = 100,
+    before: Annotated[
+        str | None, Query(pattern=CRAWL_ID.pattern, max_length=64, description="only crawls listed after it")
+    ] = None,
 ) -> CrawlList:
-    """Every crawl, newest first; `state` keeps only those in it."""
-    return CrawlList(crawls=[CrawlOut.of(v) for v in await _control(request).list_crawls(state)])
+    """Crawls, newest first, `limit` at a time (`next` gives the older ones); `state` keeps those in it."""
+    page = await _control(request).crawls_page(state, limit, before)
+    older = None
+    if page.before is not None:
+        query = {"before": page.before, "limit": limit, **({"state": state} if state else {})}
+        older = f"/v1/crawls?{urlencode(query)}"
+    return CrawlList(crawls=[CrawlOut.of(v) for v in page.crawls], next=older)
 
 
 @v1.get("/crawls/{crawl}", dependencies=READ, response_model=CrawlOut, responses=_problem_responses(404))
 async def get_crawl(crawl: CrawlId, request: Request) -> CrawlOut:
     """One crawl: state, counts per domain, credits, started, finished."""
     return CrawlOut.of(await _control(request).get_crawl(crawl))
+
+
+@v1.get(
+    "/crawls/{crawl}/series", dependencies=READ, response_model=SeriesOut, responses=_problem_responses(404)
+)
+async def crawl_series(crawl: CrawlId, request: Request) -> SeriesOut:
+    """Pages the crawl stored per domain over time, in at most 120 steps: its pages/s chart."""
+    return SeriesOut.of(await _control(request).crawl_series(crawl))
 
 
 @v1.post(
@@ -397,6 +599,25 @@ async def list_dead(
     return DeadList(dead=[DeadLetterOut(**asdict(letter)) for letter in letters])
 
 
+@v1.get("/dead/summary", dependencies=READ, response_model=DeadSummary)
+async def dead_summary(request: Request) -> DeadSummary:
+    """Every dead letter counted by domain and reason, most first; the queue is left as it was."""
+    groups = await _control(request).dead_groups()
+    return DeadSummary(groups=[DeadGroupOut(**asdict(g)) for g in groups], total=sum(g.count for g in groups))
+
+
+@v1.get("/fleet", dependencies=READ, response_model=FleetOut)
+async def fleet(request: Request) -> FleetOut:
+    """Workers by heartbeat, crawler-gateway replicas with their exits and keys, freshness per domain."""
+    return FleetOut.of(await _control(request).fleet())
+
+
+@v1.get("/whoami", response_model=WhoAmI)
+async def whoami(token: Annotated[Token, Depends(_need("read"))]) -> WhoAmI:
+    """The token this request was made with: its name and scope."""
+    return WhoAmI(name=token.name, scope=token.scope)
+
+
 @v1.post("/dead/replay", dependencies=ADMIN, response_model=Counted)
 async def replay_dead(request: Request, domain: DomainFilter = None, reason: ReasonFilter = None) -> Counted:
     """Put matching dead letters back into their domain queues, attempts reset."""
@@ -475,6 +696,7 @@ def create_app(
     requests = Counter("crawler_api_requests", "API requests", ["route", "status"], registry=registry)
     seconds = Histogram("crawler_api_request_seconds", "API request time", ["route"], registry=registry)
     app.include_router(v1)
+    console.mount(app)
     app.openapi_schema = None
 
     def openapi() -> dict[str, Any]:
@@ -521,6 +743,8 @@ def create_app(
         path = getattr(route, "path", "unmatched")
         requests.labels(path, str(response.status_code)).inc()
         seconds.labels(path).observe(time.monotonic() - started)
+        for name, value in console.SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
         return response
 
     app.add_middleware(LimitBody)

@@ -7,6 +7,7 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import urlsplit
 
 from protego import Protego
@@ -154,3 +155,36 @@ def _parse(raw: bytes | str) -> _Policy:
         except Exception:  # a robots.txt protego cannot read is as good as none
             return _Policy(None, None)
     return _Policy(None, None)
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsState:
+    """An origin's robots.txt as the fleet holds it: "ok" (rules read), "none" (none or unusable:
+    everything allowed), or "unavailable" (5xx, unreachable: nothing is fetched until it is asked again)."""
+
+    origin: str
+    state: Literal["ok", "none", "unavailable"]
+    detail: str | None
+
+
+async def held(redis: Redis, names: Names) -> list[RobotsState]:
+    """Every origin's robots.txt the fleet holds now, read from its cache in Redis."""
+    prefix = names.robots_key("")
+    keys = [k async for k in redis.scan_iter(match=names.robots_key("*"), count=1000)]
+    values = await redis.mget(keys) if keys else []
+    out = []
+    for key, raw in zip(keys, values, strict=True):
+        if raw is None:  # expired between the scan and the read
+            continue
+        origin = (key.decode() if isinstance(key, bytes) else str(key))[len(prefix) :]
+        try:  # not parsed with protego: a console polling a thousand origins needs only the kind
+            data = json.loads(raw)
+        except ValueError:
+            data = {}
+        if isinstance(data, dict) and "unavailable" in data:
+            out.append(RobotsState(origin, "unavailable", str(data["unavailable"])))
+        else:
+            out.append(
+                RobotsState(origin, "ok" if isinstance(data, dict) and "body" in data else "none", None)
+            )
+    return sorted(out, key=lambda r: r.origin)

@@ -20,13 +20,45 @@ from crawler.names import Names
 COUNTED = ("routed", "ok", "failed", "dead", "skipped", "retrying", "sitemaps_queued", "sitemaps_done")
 MAX_CACHED = 1024  # crawls' options a worker keeps read (they never change once the crawl exists)
 
+DONE = ("ok", "failed", "dead")  # outcomes of a page stored: what a crawl's pages-over-time counts
+# A crawl's series is kept in steps that lengthen as it ages (seconds of age, step): at most about
+# 120 + 180 + 130 + 24 a day per domain, however long it runs.
+SERIES_STEPS = ((0, 10), (1200, 60), (10800, 600), (86400, 3600))
+
 # Counts stop the moment a crawl is cancelled: the check and the increments are one atomic step.
-# KEYS: cancelled set, counts hash. ARGV: crawl id, then (field, increment) pairs.
-_COUNT = """
+# KEYS: cancelled set, counts hash, series hash. ARGV: crawl id, n, then n (domain, pages stored)
+# pairs for the series, then (field, increment) pairs for the counts.
+_COUNT = (
+    """
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
-for i = 2, #ARGV, 2 do redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
+local n = tonumber(ARGV[2])
+local counts = 3 + 2 * n
+for i = counts, #ARGV, 2 do redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
+if n > 0 then
+  local now = tonumber(redis.call('TIME')[1])
+  redis.call('HSETNX', KEYS[3], 'start', now)
+  local age = now - tonumber(redis.call('HGET', KEYS[3], 'start'))
+  local step = 10
+"""
+    + "".join(f"  if age >= {age} then step = {step} end\n" for age, step in SERIES_STEPS[1:])
+    + """
+  for i = 3, counts - 1, 2 do
+    redis.call('HINCRBY', KEYS[3], ARGV[i] .. ' ' .. step .. ' ' .. math.floor(now / step), ARGV[i + 1])
+  end
+end
 return 1
 """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Pages a crawl stored in one domain from `start` (Unix time) for `seconds`."""
+
+    domain: str
+    start: float
+    seconds: int
+    pages: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,13 +133,30 @@ class CrawlState:
 
     async def count(self, crawl: str, changes: Mapping[tuple[str, str], int]) -> None:
         """Add to a crawl's counts, keyed (domain, kind); nothing once it is cancelled."""
-        args: list[str | int] = [crawl]
+        done: dict[str, int] = {}
+        counted: list[str | int] = []
         for (domain, kind), n in changes.items():
             if n:
-                args += (f"{domain} {kind}", n)
-        if len(args) > 1:
-            keys = [self._names.cancelled_key, self._names.crawl_counts_key(crawl)]
-            await self._count(keys=keys, args=args)
+                counted += (f"{domain} {kind}", n)
+                if kind in DONE:
+                    done[domain] = done.get(domain, 0) + n
+        if counted:
+            series = [x for domain, n in done.items() for x in (domain, n)]
+            names = self._names
+            keys = [names.cancelled_key, names.crawl_counts_key(crawl), names.crawl_series_key(crawl)]
+            await self._count(keys=keys, args=[crawl, len(done), *series, *counted])
+
+    async def series(self, crawl: str) -> list[Span]:
+        """A crawl's pages stored over time, as the spans its series holds (coarser as it aged)."""
+        raw: dict[bytes | str, bytes | str] = await self._redis.hgetall(self._names.crawl_series_key(crawl))
+        out = []
+        for field, value in raw.items():
+            text = field.decode() if isinstance(field, bytes) else field
+            domain, _, rest = text.partition(" ")
+            step, _, index = rest.partition(" ")
+            if step.isdigit() and index.isdigit():
+                out.append(Span(domain, int(index) * int(step), int(step), int(value)))
+        return out
 
     async def counts(self, crawl: str) -> dict[str, dict[str, int]]:
         """A crawl's counts per domain: every kind of COUNTED, zero if none yet."""

@@ -4,7 +4,8 @@
 Each request: the key (constant-time), the private-network guard on the target, then up to
 max_attempts exits from the pool (attempts.py), the first reservation also checking the key's budget
 and concurrency. Only an answer that counts is charged. All state lives in Redis (two script calls a
-request when nothing goes wrong), so replicas behind one address act as one gateway.
+request when nothing goes wrong), so replicas behind one address act as one gateway. Each replica
+publishes its exits' and keys' state for the console while it runs (report.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from crawler.gateway.pool import Pool
 from crawler.gateway.proxies import ProxiesConfig, load_proxies
 from crawler.gateway.relay import Relay
 from crawler.gateway.render import Renderer
+from crawler.gateway.report import Reporter
 from crawler.gateway.setup import Setup
 from crawler.names import Names
 
@@ -56,6 +58,7 @@ class Gateway:
         render = loaded.config.render
         self.renderer = Renderer(render, self.metrics.registry, loaded.config.user_agent) if render else None
         self._attempts = Attempts(self.pool, self._relay, self.renderer, self.metrics)
+        self.reporter = Reporter(redis, names, lambda: self.config)
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
@@ -76,9 +79,14 @@ class Gateway:
     async def _start(self, _: web.Application) -> None:
         if self.renderer is not None:
             await self.renderer.start()
-        self._tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._probe())]
+        self._tasks = [
+            asyncio.create_task(self._watch()),
+            asyncio.create_task(self._probe()),
+            asyncio.create_task(self.reporter.run()),
+        ]
 
     async def _stop(self, _: web.Application) -> None:
+        # The reporter removes this replica's report as it ends: a clean stop is not a silent one.
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -7,8 +7,6 @@ both.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -21,15 +19,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from crawler.monitor import readings
+from crawler.monitor.answers import AnswerLog
+from crawler.monitor.liveness import BEATS_PER_TTL, Board, Liveness, renew
 from crawler.monitor.metrics import Metrics
-from crawler.names import GONE_KEPT, HEARTBEAT_TTL, Names
+from crawler.names import HEARTBEAT_TTL, Names
 
 log = logging.getLogger(__name__)
-
-BEATS_PER_TTL = 3  # beats a worker may miss, less one, before its key expires
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +48,7 @@ class WorkerRecord:
 class WorkerStatus:
     """A worker as `crawler status` shows it: "live", "late" (missed beats) or "gone" (key expired)."""
 
-    state: str
+    state: Liveness
     age: float | None  # seconds since its last beat, by Redis' clock; None once gone
     worker: WorkerRecord
 
@@ -78,6 +75,7 @@ class Heartbeat:
         self.names = names
         self.domains = domains
         self.metrics = metrics
+        self.answers = AnswerLog(metrics)
         self.role = role
         self.ttl = ttl
         self.host = socket.gethostname()
@@ -106,65 +104,42 @@ class Heartbeat:
         )
 
     async def beat(self) -> None:
-        """Write one heartbeat: the key (with its TTL) and the record in the hash of workers."""
+        """Write one heartbeat: the key (with its TTL), the record in the hash of workers, and what
+        its fetches answered since the last beat into the fleet's tally."""
         record = self.record()
-        value = json.dumps(asdict(record))
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(self.names.worker_key(self.id), value, px=max(1, round(self.ttl * 1000)))
-            pipe.hset(self.names.workers_key, self.id, value)
+            board(self.names).write(pipe, self.id, json.dumps(asdict(record)), self.ttl)
+            answered = self.answers.add_to(pipe, self.names, record.beat)
             await pipe.execute()
+        self.answers.added(answered)
         self.metrics.beat(record.beat)
 
     async def remove(self) -> None:
-        """Forget this worker: it stopped on purpose, so it is not flagged as gone."""
+        """Forget this worker: it stopped on purpose, so it is not flagged as gone. Its last answers
+        go to the fleet's tally."""
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self.names.worker_key(self.id))
-            pipe.hdel(self.names.workers_key, self.id)
+            board(self.names).remove(pipe, self.id)
+            answered = self.answers.add_to(pipe, self.names)
             await pipe.execute()
+        self.answers.added(answered)
 
     async def run(self) -> None:
         """Beat until cancelled; then remove the heartbeat. A Redis hiccup skips a beat, no more."""
-        try:
-            with contextlib.suppress(RedisError, OSError):  # housekeeping; skipped if Redis is away
-                await self._forget_long_gone()
-            while True:
-                try:
-                    await self.beat()
-                except (RedisError, OSError) as exc:
-                    log.warning("heartbeat not written (%s); trying again in %.1fs", exc, self.interval)
-                await asyncio.sleep(self.interval)
-        finally:
-            try:
-                await asyncio.shield(self.remove())
-            except (RedisError, OSError) as exc:
-                log.warning("heartbeat not removed (%s); it expires in %.0fs", exc, self.ttl)
 
-    async def _forget_long_gone(self) -> None:
-        with_ttl = await workers(self.redis, self.names)
-        cutoff = time.time() - GONE_KEPT
-        stale = [w.worker.id for w in with_ttl if w.state == "gone" and w.worker.beat < cutoff]
-        if stale:
-            await self.redis.hdel(self.names.workers_key, *stale)
+        async def tidy() -> None:
+            await board(self.names).forget_long_gone(self.redis, _parse)
+
+        await renew(self.beat, self.remove, tidy, self.interval, self.ttl, "heartbeat")
+
+
+def board(names: Names) -> Board:
+    """Where workers' heartbeats are kept."""
+    return Board(names.worker_key, names.workers_key)
 
 
 async def workers(redis: Redis, names: Names) -> list[WorkerStatus]:
     """Every worker with a record: live ones first, then late, then gone; by host and pid within."""
-    records: dict[Any, Any] = await redis.hgetall(names.workers_key)
-    parsed = [r for r in (_parse(v) for v in records.values()) if r is not None]
-    async with redis.pipeline(transaction=False) as pipe:
-        for record in parsed:
-            pipe.pttl(names.worker_key(record.id))
-        remaining: list[int] = await pipe.execute()
-    out = []
-    for record, pttl in zip(parsed, remaining, strict=True):
-        if pttl < 0:  # -2: expired; -1 (no TTL) cannot happen for a key we wrote
-            out.append(WorkerStatus("gone", None, record))
-            continue
-        age = max(0.0, record.ttl - pttl / 1000)
-        late = age > 2 * record.ttl / BEATS_PER_TTL
-        out.append(WorkerStatus("late" if late else "live", round(age, 3), record))
-    order = {"live": 0, "late": 1, "gone": 2}
-    return sorted(out, key=lambda w: (order[w.state], w.worker.host, w.worker.pid, w.worker.id))
+    return [WorkerStatus(state, age, r) for state, age, r in await board(names).read(redis, _parse)]
 
 
 def _parse(value: bytes | str) -> WorkerRecord | None:

@@ -60,6 +60,29 @@ def summary(metrics: Metrics, domains: Sequence[str] = ()) -> dict[str, DomainSt
     return {d: DomainStats(**{k: int(v) for k, v in c.items()}) for d, c in counts.items() if d}
 
 
+NETWORK_ERRORS = frozenset({"timeout", "connect", "too_large", "redirects", "refused", "fetch"})
+REFUSALS = ("403", "429")  # the answers of a site that is pushing back
+
+
+def answers(metrics: Metrics) -> Tally:
+    """What this worker's fetches came to so far, per domain: pages stored ok and failed, and failed
+    attempts by status class (4xx, 5xx, network), with 403 and 429 counted apart too."""
+    counts: Tally = {}
+    _add(counts, metrics.pages, "ok", outcome="ok")
+    _add(counts, metrics.pages, "failed", outcome="failed")
+    for s in _samples(metrics.errors):
+        kind = s.labels.get("kind", "")
+        if s.name.endswith("_created"):
+            continue
+        keys = ["network"] if kind in NETWORK_ERRORS else []
+        if kind.startswith("http_") and kind[5:].isdigit():
+            keys = [f"{kind[5]}xx", *(k for k in REFUSALS if kind[5:] == k)]
+        into = counts.setdefault(s.labels.get("domain", ""), {})
+        for key in keys:
+            into[key] = into.get(key, 0.0) + s.value
+    return counts
+
+
 def pages_done(metrics: Metrics) -> int:
     """Pages this worker brought to a final outcome, every domain together."""
     return int(_sum(metrics.pages))

@@ -4,6 +4,7 @@ versions; dead letters; health."""
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -14,11 +15,20 @@ from typing import Any
 from crawler.config import CrawlConfig, with_dedup_mode
 from crawler.errors import BadURL, ConfigError, NotFound
 from crawler.frontier import dead
-from crawler.frontier.crawls import CrawlOptions, CrawlState, pending, sitemaps_pending
+from crawler.frontier.crawls import (
+    SERIES_STEPS,
+    CrawlOptions,
+    CrawlState,
+    Span,
+    pending,
+    sitemaps_pending,
+)
 from crawler.frontier.urls import canonicalise
-from crawler.monitor.heartbeat import workers
+from crawler.gateway.report import GatewayStatus, gateways
+from crawler.monitor.heartbeat import WorkerStatus, workers
 from crawler.monitor.status import status
 from crawler.scheduler.running import scheduling
+from crawler.service.health import DomainHealth, domain_health
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlRecord, CrawlStore
 from crawler.sink.crawls import CrawlState as State
@@ -75,7 +85,8 @@ class VersionsView:
 
 @dataclass(frozen=True, slots=True)
 class DomainView:
-    """A configured domain: its queue depth, its rate, whether it is paused, its consumers."""
+    """A configured domain: its queue depth, its rate, whether it is paused, its consumers, how it
+    fares with its site, and its pages due for a refresh."""
 
     domain: str
     depth: int
@@ -84,6 +95,60 @@ class DomainView:
     pages_per_second: float
     paused: bool
     workers: int  # consumers subscribed to its queue
+    health: DomainHealth = field(default_factory=DomainHealth)
+    due: int = 0
+    overdue_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlsView:
+    """A page of crawls, newest first; `before` asks for the next (None: there are none)."""
+
+    crawls: list[CrawlView]
+    before: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesView:
+    """Pages a crawl stored per domain in each `step` seconds from `start`."""
+
+    crawl: str
+    start: datetime
+    step: int
+    domains: dict[str, list[float]]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadGroup:
+    """Dead letters of one domain for one reason: how many, and the newest one's error and time."""
+
+    domain: str
+    reason: str
+    count: int
+    last_error: str
+    last_time: str
+
+
+@dataclass(frozen=True, slots=True)
+class Freshness:
+    """A domain's schedule: whether it recrawls, its pages due, how long the oldest has waited."""
+
+    domain: str
+    recrawls: bool
+    due: int
+    overdue_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    """The fleet: workers by heartbeat, gateway replicas by report, and freshness per domain."""
+
+    workers: list[WorkerStatus]
+    gateways: list[GatewayStatus]
+    freshness: list[Freshness]
+
+
+SERIES_POINTS = 120  # most points of a crawl's pages-over-time series
 
 
 def _reported(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
@@ -177,9 +242,33 @@ class Control:
         views = [await self._view(r) for r in records]
         return [v for v in views if state is None or v.state == state]
 
+    async def crawls_page(
+        self, state: State | None = None, limit: int = 20, before: str | None = None
+    ) -> CrawlsView:
+        """Up to `limit` crawls listed after the crawl `before`, newest first, or those in `state`."""
+        records = await asyncio.to_thread(self._store.list, state, limit + 1, before)
+        more = len(records) > limit
+        records = records[:limit]
+        credits = await asyncio.to_thread(self._store.credits, [r.id for r in records])
+        views = [await self._view(r, credits.get(r.id)) for r in records]
+        return CrawlsView(views, records[-1].id if more else None)
+
     async def get_crawl(self, crawl: str) -> CrawlView:
         """One crawl with its counts; NotFound if there is none."""
-        return await self._view(await self._record(crawl))
+        record = await self._record(crawl)
+        credits = await asyncio.to_thread(self._store.credits, [crawl])
+        return await self._view(record, credits.get(crawl))
+
+    async def crawl_series(self, crawl: str) -> SeriesView:
+        """The pages a crawl stored per domain over its life so far, in at most SERIES_POINTS steps
+        (none finer than its series keeps)."""
+        record = await self._record(crawl)
+        end = record.finished_at or datetime.now(UTC)
+        span = max(1.0, (end - record.created_at).total_seconds())
+        step = max(SERIES_STEPS[0][1], math.ceil(span / SERIES_POINTS))
+        points = max(1, math.ceil(span / step))
+        found = spread(await self._state.series(crawl), record.created_at.timestamp(), step, points)
+        return SeriesView(crawl, record.created_at, step, found)
 
     async def cancel_crawl(self, crawl: str) -> CrawlView:
         """Cancel a running crawl fleet-wide; once this returns no consumer starts a fetch of it."""
@@ -207,7 +296,7 @@ class Control:
             raise NotFound(f"no crawl {crawl!r}: list them with `crawler crawls list` or GET /v1/crawls")
         return record
 
-    async def _view(self, record: CrawlRecord) -> CrawlView:
+    async def _view(self, record: CrawlRecord, credits: float | None = None) -> CrawlView:
         if record.state == "running":
             live = await self._state.counts(record.id)
             counts = _reported(live)
@@ -224,14 +313,17 @@ class Control:
             record.created_at,
             record.finished_at,
             counts,
+            credits,
         )
 
     # Domains
 
     async def domains(self) -> list[DomainView]:
         """Every configured domain's queue, rate, pause and consumers."""
-        data, paused = await asyncio.gather(
-            status(self.settings, self.config, self._f.connection), self._state.paused()
+        data, paused, health = await asyncio.gather(
+            status(self.settings, self.config, self._f.connection),
+            self._state.paused(),
+            domain_health(self._f.redis, self.settings.names, self.config, sorted(self.config.domains)),
         )
         return [
             DomainView(
@@ -242,9 +334,31 @@ class Control:
                 d["pages_per_second"],
                 d["domain"] in paused,
                 d["queue"]["consumers"],
+                health.get(d["domain"], DomainHealth()),
+                d["freshness"]["due"],
+                d["freshness"]["overdue_seconds"],
             )
             for d in data["domains"]
         ]
+
+    async def fleet(self) -> FleetView:
+        """Workers by their heartbeats, gateway replicas by their reports, freshness per domain."""
+        names = self.settings.names
+        found, replicas, data = await asyncio.gather(
+            workers(self._f.redis, names),
+            gateways(self._f.redis, names),
+            status(self.settings, self.config, self._f.connection),
+        )
+        fresh = [
+            Freshness(
+                d["domain"],
+                self.config.rules_for(d["domain"]).recrawls,
+                d["freshness"]["due"],
+                d["freshness"]["overdue_seconds"],
+            )
+            for d in data["domains"]
+        ]
+        return FleetView(found, replicas, fresh)
 
     async def pause(self, domain: str) -> str:
         """Pause a configured domain fleet-wide: consumers leave its queue alone until resumed."""
@@ -319,6 +433,18 @@ class Control:
             self._f.connection, self.settings.names, dead.matcher(domain, reason), limit
         )
 
+    async def dead_groups(self) -> list[DeadGroup]:
+        """Every dead letter counted by domain and reason, most first; the queue is left as it was."""
+        letters = await self.dead_letters()
+        groups: dict[tuple[str, str], list[dead.DeadLetter]] = {}
+        for letter in letters:
+            groups.setdefault((letter.domain, letter.reason), []).append(letter)
+        out = [
+            DeadGroup(domain, reason, len(found), found[-1].error, found[-1].time)
+            for (domain, reason), found in groups.items()
+        ]
+        return sorted(out, key=lambda g: (-g.count, g.domain, g.reason))
+
     async def replay_dead(self, domain: str | None = None, reason: str | None = None) -> int:
         """Put matching dead letters back into their queues, attempts reset; how many."""
         return await dead.replay(self._f.connection, self.settings.names, dead.matcher(domain, reason))
@@ -355,6 +481,23 @@ class Control:
     async def worker_count(self) -> int:
         """Workers with a live heartbeat."""
         return sum(1 for w in await workers(self._f.redis, self.settings.names) if w.state == "live")
+
+
+def spread(spans: Sequence[Span], start: float, step: int, points: int) -> dict[str, list[float]]:
+    """Pages per domain in each of `points` steps of `step` seconds from `start`, from a crawl's
+    series: the part of a span outside those steps is cut (its pages were stored within them), and
+    its pages are shared among the steps the rest overlaps, by how much of it each holds."""
+    found: dict[str, list[float]] = {}
+    for s in spans:
+        into = found.setdefault(s.domain, [0.0] * points)
+        low, high = max(s.start, start), min(s.start + s.seconds, start + points * step)
+        if high <= low:  # clocks apart: the nearest step takes them
+            into[min(points - 1, max(0, int((low - start) // step)))] += s.pages
+            continue
+        for i in range(int((low - start) // step), min(points, math.ceil((high - start) / step))):
+            overlap = min(high, start + (i + 1) * step) - max(low, start + i * step)
+            into[i] += s.pages * max(0.0, overlap) / (high - low)
+    return {d: [round(n, 2) for n in values] for d, values in sorted(found.items())}
 
 
 def _options(options: CrawlOptions) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import JSON, DateTime, String, Text, delete, select, update
+from sqlalchemy import JSON, DateTime, String, Text, and_, delete, func, or_, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
@@ -108,12 +108,41 @@ class CrawlStore:
         """One crawl, or None."""
         return self._session(lambda s: ((row := s.get(Crawl, crawl)) and CrawlRecord.of(row)) or None)
 
-    def list(self, state: CrawlState | None = None, limit: int = 1000) -> list[CrawlRecord]:
-        """Crawls, newest first, optionally only those in `state`."""
-        stmt = select(Crawl).order_by(Crawl.created_at.desc(), Crawl.id).limit(limit)
+    def credits(self, crawls: list[str]) -> dict[str, float]:
+        """The fetch-service credits each crawl's stored pages were charged, for those that paid."""
+        stmt = (
+            select(Page.crawl_id, func.sum(Page.credits))
+            .where(Page.crawl_id.in_(crawls), Page.credits > 0)
+            .group_by(Page.crawl_id)
+        )
+        if not crawls:
+            return {}
+        return self._session(lambda s: {str(c): float(n) for c, n in s.execute(stmt).all()})
+
+    def list(
+        self, state: CrawlState | None = None, limit: int = 1000, before: str | None = None
+    ) -> list[CrawlRecord]:
+        """Crawls, newest first, optionally only those in `state`, and only those listed after the
+        crawl `before` (a page's last); NotFound-free: an unknown `before` lists nothing."""
+        stmt = select(Crawl).order_by(Crawl.created_at.desc(), Crawl.id.desc()).limit(limit)
         if state is not None:
             stmt = stmt.where(Crawl.state == state)
-        return self._session(lambda s: [CrawlRecord.of(row) for row in s.scalars(stmt)])
+
+        def work(session: Session) -> list[CrawlRecord]:
+            query = stmt
+            if before is not None:
+                mark = session.get(Crawl, before)
+                if mark is None:
+                    return []
+                query = query.where(
+                    or_(
+                        Crawl.created_at < mark.created_at,
+                        and_(Crawl.created_at == mark.created_at, Crawl.id < mark.id),
+                    )
+                )
+            return [CrawlRecord.of(row) for row in session.scalars(query)]
+
+        return self._session(work)
 
     def end(self, crawl: str, state: CrawlState, counts: dict[str, dict[str, int]]) -> bool:
         """Mark a running crawl ended with its final counts; False if it was not running."""

@@ -74,7 +74,14 @@ class Holds:
         log.info("%s: taking its messages again after a pause", domain)
         task = asyncio.ensure_future(self._subscriptions.release(domain))
         self._resuming.add(task)
-        task.add_done_callback(self._resuming.discard)
+        task.add_done_callback(lambda done: self._resumed(domain, done))
+
+    def _resumed(self, domain: str, task: asyncio.Future[None]) -> None:
+        self._resuming.discard(task)
+        # Its channel closed meanwhile (the worker stopping, the broker gone): nothing is delivered on
+        # it, and a restarted worker subscribes afresh.
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("%s: its queue could not be taken up again (%r)", domain, exc)
 
     async def follow_pauses(self, domains: Callable[[], Sequence[str]]) -> None:
         """Follow the fleet-wide paused domains: hold a paused queue's subscription, release it after."""

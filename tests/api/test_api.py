@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aio_pika
@@ -17,8 +16,8 @@ from demo.site import Site, serve
 from tests.support import api as api_support
 from tests.support.api import ADMIN, READER, Api
 from tests.support.crawls import consumer, finish
-from tests.support.services import queue_info, settings_for
-from tests.support.sites import shops, slow, write_config
+from tests.support.services import queue_info
+from tests.support.sites import shops, slow
 from tests.support.wait import until
 
 OPEN = {("get", "/v1/healthz"), ("get", "/v1/readyz")}  # for probes: no token needed
@@ -29,17 +28,6 @@ def site() -> Iterator[Site]:
     (a,) = shops(products=30, hosts=["a.test"])
     with serve(a):
         yield a
-
-
-@pytest.fixture
-def settings(amqp_url: str, prefix: str, sqlite_url: str, tmp_path: Path, site: Site) -> Settings:
-    return settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", [site]))
-
-
-@pytest.fixture
-def api(settings: Settings) -> Iterator[Api]:
-    with api_support.running(settings) as running:
-        yield running
 
 
 def _crawl(client: httpx.Client, **body: Any) -> dict[str, Any]:

@@ -51,3 +51,15 @@ async def until(
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {within:g}s: {what or 'condition'}; last value: {value!r}")
         await asyncio.sleep(every)
+
+
+def wait_for(probe: Callable[[], T], within: float = 60, what: str = "", every: float = POLL) -> T:
+    """`until` for a test that cannot run an event loop (Playwright's sync API runs its own)."""
+    deadline = time.monotonic() + within
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within:g}s: {what or 'condition'}; last value: {value!r}")
+        time.sleep(every)

@@ -1,0 +1,180 @@
+"""The web console in a real browser (Debian's Chromium, Playwright) against the real API, workers and
+services: sign in, start and watch a crawl, pause and resume a domain, replay a dead letter."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import aio_pika
+import pytest
+from playwright.sync_api import Browser, expect
+
+from crawler.names import Names
+from crawler.settings import Settings
+from demo.site import Reply, Site, serve
+from tests.support import console as browsing
+from tests.support.api import ADMIN, READER, Api
+from tests.support.crawls import consumer, finish
+from tests.support.sites import shops, slow
+from tests.support.wait import wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    (a,) = shops(products=20, hosts=["a.test"])
+    with serve(a):
+        yield a
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with browsing.browser() as launched:
+        yield launched
+
+
+def test_a_wrong_token_is_told_and_a_read_token_sees_no_button_that_needs_admin(
+    api: Api, browser: Browser
+) -> None:
+    with browsing.console(browser, api.base) as tab:
+        tab.sign_in("wrong-token-0123456789abcdef")
+        expect(tab.page.get_by_role("alert")).to_contain_text("refused")
+        expect(tab.page.locator("#signin")).to_be_visible()
+
+        tab.sign_in(READER)
+        expect(tab.page.locator("#crawls")).to_be_visible()
+        expect(tab.page.get_by_text("dash")).to_be_visible()
+        for section in ("crawls", "domains", "dead", "fleet"):
+            tab.go(section)
+            expect(tab.page.locator(f"#{section}")).to_be_visible()
+            for name in ("Start crawl", "Cancel", "Pause", "Resume", "Replay", "Delete"):
+                expect(tab.page.get_by_role("button", name=name)).to_have_count(0)
+        # The token lives in this tab's session only, never in a URL.
+        assert READER not in tab.page.url
+        assert not [u for u in tab.requests if READER in u]
+        tab.page.reload()  # still signed in: the tab's session keeps the token
+        expect(tab.page.locator("#fleet")).to_be_visible()
+        tab.page.get_by_role("button", name="Sign out").click()
+        expect(tab.page.locator("#signin")).to_be_visible()
+        assert tab.page.evaluate("() => sessionStorage.length") == 0
+        assert tab.outside() == [], tab.outside()
+        assert _only_refusals(tab.errors), tab.errors
+
+
+def test_an_admin_starts_a_crawl_from_the_form_and_watches_it_finish(
+    api: Api, settings: Settings, site: Site, browser: Browser
+) -> None:
+    slow(site, 0.05)
+    worker = consumer(settings)
+    try:
+        with browsing.console(browser, api.base) as tab:
+            tab.sign_in(ADMIN)
+            page = tab.page
+            page.get_by_label("Seeds").fill(site.url("/"))
+            page.get_by_label("Label").fill("from the console")
+            page.get_by_label("Max depth").fill("3")
+            page.get_by_role("button", name="Start crawl").click()
+            crawl = page.locator("#crawl")
+            expect(crawl).to_be_visible()
+            expect(crawl).to_contain_text("from the console")
+            # Its counts move while it runs: a screenshot of it under way, at both widths.
+            ok = crawl.locator("tr[data-id='a.test'] [data-col='ok']")
+            expect(ok).not_to_have_text("0", timeout=60_000)
+            tab.screenshot("crawl-running-1280")
+            page.set_viewport_size(browsing.PHONE)  # type: ignore[arg-type]
+            tab.screenshot("crawl-running-390")
+            page.set_viewport_size(browsing.DESKTOP)  # type: ignore[arg-type]
+            expect(crawl.locator("[data-col='state']").first).to_have_text("finished", timeout=90_000)
+            expect(ok).to_have_text("21")
+            expect(crawl.locator("tr[data-id='a.test'] [data-col='failed']")).to_have_text("1")
+            expect(crawl.locator("svg polyline").first).to_be_attached()
+
+            tab.go("crawls")
+            row = page.locator("#crawls tr[data-id]").first
+            expect(row.locator("[data-col='state']")).to_have_text("finished")
+            tab.go("domains")
+            expect(page.locator("#domains tr[data-id='a.test']")).to_be_visible()
+            tab.screenshot("domains-1280")
+            page.set_viewport_size(browsing.PHONE)  # type: ignore[arg-type]
+            tab.screenshot("domains-390")
+            assert tab.outside() == [], tab.outside()
+            assert tab.errors == [], tab.errors
+    finally:
+        worker.terminate()
+        finish(worker)
+
+
+def test_pausing_a_domain_stops_its_consumer_and_resuming_starts_it(
+    api: Api, settings: Settings, site: Site, browser: Browser
+) -> None:
+    slow(site, 0.2)
+    worker = consumer(settings, "--prefetch", "1")
+    try:
+        with browsing.console(browser, api.base) as tab, api.client() as client:
+            client.post("/v1/crawls", json={"seeds": [site.url("/")]}).raise_for_status()
+            wait_for(lambda: len(site.requests) >= 3, within=60, what="the crawl under way")
+            tab.sign_in(ADMIN)
+            tab.go("domains")
+            row = tab.page.locator("#domains tr[data-id='a.test']")
+            row.get_by_role("button", name="Pause").click()
+            expect(row.locator("[data-col='paused']")).to_have_text("yes")
+            wait_for(lambda: _queue(settings)[1] == 0, what="the consumer off the queue")
+            served = len(site.requests)
+            # The console shows nothing in flight once the broker's statistics catch up (every 5 s).
+            expect(row.locator("[data-col='unacked']")).to_have_text("0", timeout=30_000)
+            assert len(site.requests) <= served + 1  # at most the one fetch under way when it paused
+            assert _queue(settings)[0] > 0  # the rest waits in the queue, untouched
+
+            row.get_by_role("button", name="Resume").click()
+            expect(row.locator("[data-col='paused']")).to_have_text("no")
+            wait_for(lambda: _queue(settings)[1] == 1, what="its consumer back")
+            wait_for(lambda: len(site.requests) > served + 1, within=60, what="fetches again")
+            assert tab.errors == [], tab.errors
+    finally:
+        worker.terminate()
+        finish(worker)
+
+
+def test_a_dead_letter_is_replayed_from_the_console(
+    api: Api, settings: Settings, site: Site, browser: Browser
+) -> None:
+    site.routes["/product/3"] = Reply(503, b"down")  # retried, then set aside as dead
+    with api.client() as client:
+        client.post("/v1/crawls", json={"seeds": [site.url("/")]}).raise_for_status()
+    finish(consumer(settings, "--burst"))
+    fetched = site.hits("/product/3")
+    with browsing.console(browser, api.base) as tab:
+        tab.sign_in(ADMIN)
+        tab.go("dead")
+        group = tab.page.locator("#dead tr[data-id='a.test|transient']")
+        expect(group.locator("[data-col='count']")).to_have_text("1")
+        group.get_by_role("button", name="Replay").click()
+        expect(tab.page.get_by_role("status").filter(has_text="Replayed 1")).to_be_visible()
+        expect(group).to_have_count(0)
+        assert tab.errors == [], tab.errors
+    site.routes["/product/3"] = site.routes["/product/4"]
+    finish(consumer(settings, "--burst"))
+    assert site.hits("/product/3") == fetched + 1  # replayed: fetched again, and stored this time
+
+
+def _queue(settings: Settings) -> tuple[int, int]:
+    """(ready messages, consumers) of a.test's queue, from the broker itself (the management API lags);
+    in a thread of its own: Playwright's sync API owns this one's event loop."""
+
+    async def declare() -> tuple[int, int]:
+        async with await aio_pika.connect(settings.amqp_url) as connection:
+            channel = await connection.channel()
+            queue = await channel.declare_queue(Names(settings.prefix).domain_queue("a.test"), passive=True)
+            result = queue.declaration_result
+            return result.message_count or 0, result.consumer_count or 0
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, declare()).result()
+
+
+def _only_refusals(errors: list[str]) -> bool:
+    """Chromium logs a failed request (the wrong token's 401) as a console error; nothing else may."""
+    return all("401" in e for e in errors)

@@ -1,0 +1,76 @@
+"""The web console in a real browser: Debian's Chromium driven by Playwright, every request it makes
+recorded, screenshots kept as test artefacts."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.support.browser import chromium
+
+ARTEFACTS = Path(os.environ.get("CRAWLER_TEST_ARTEFACTS", Path(__file__).parents[2] / "artefacts"))
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 800}
+
+
+@dataclass
+class Console:
+    """A browser tab on the console, and every URL it asked for and every message it logged."""
+
+    page: Page
+    base: str
+    requests: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def sign_in(self, token: str) -> None:
+        """Enter `token` in the sign-in form."""
+        self.page.get_by_label("API token").fill(token)
+        self.page.get_by_role("button", name="Sign in").click()
+
+    def go(self, section: str) -> None:
+        """Open a section by its hash route (#crawls, #domains, #dead, #fleet)."""
+        self.page.goto(f"{self.base}/#{section}")
+
+    def screenshot(self, name: str) -> Path:
+        """Save the whole page as artefacts/console/`name`.png; its path."""
+        path = ARTEFACTS / "console" / f"{name}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(path), full_page=True)
+        return path
+
+    def outside(self) -> list[str]:
+        """Requests that went anywhere but the API's own origin."""
+        return [u for u in self.requests if not (u == self.base or u.startswith(self.base + "/"))]
+
+
+@contextmanager
+def browser() -> Iterator[Browser]:
+    """Debian's headless Chromium, closed after."""
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=chromium())
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@contextmanager
+def console(launched: Browser, base: str, viewport: dict[str, int] = DESKTOP) -> Iterator[Console]:
+    """A fresh tab (its own session storage) on the console at `base`."""
+    context = launched.new_context(viewport=viewport)  # type: ignore[arg-type]
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    opened = Console(page, base)
+    page.on("request", lambda r: opened.requests.append(r.url))
+    page.on("console", lambda m: opened.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: opened.errors.append(str(e)))
+    try:
+        page.goto(f"{base}/")
+        yield opened
+    finally:
+        context.close()
