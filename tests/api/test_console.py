@@ -4,13 +4,17 @@ services: sign in, start and watch a crawl, pause and resume a domain, replay a 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import aio_pika
 import pytest
 from playwright.sync_api import Browser, expect
+from redis.asyncio import Redis
 
+from crawler.gateway.proxies import ProxiesConfig
+from crawler.gateway.report import Reporter
 from crawler.names import Names
 from crawler.settings import Settings
 from demo.site import Reply, Site, serve
@@ -21,6 +25,7 @@ from tests.support.sites import shops, slow
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.timeout(240)
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -37,21 +42,34 @@ def browser() -> Iterator[Browser]:
 
 
 def test_a_wrong_token_is_told_and_a_read_token_sees_no_button_that_needs_admin(
-    api: Api, browser: Browser
+    api: Api, settings: Settings, site: Site, browser: Browser
 ) -> None:
+    _run(_gateway_reports(settings))
+    hostile = '<img src="/x" onerror="document.title=1">'
+    with api.client() as client:
+        client.post("/v1/crawls", json={"seeds": [site.url("/")], "label": hostile}).raise_for_status()
     with browsing.console(browser, api.base) as tab:
         tab.sign_in("wrong-token-0123456789abcdef")
         expect(tab.page.get_by_role("alert")).to_contain_text("refused")
         expect(tab.page.locator("#signin")).to_be_visible()
 
-        tab.sign_in(READER)
+        # By keyboard alone: the field has focus after a refusal, Enter signs in.
+        tab.page.keyboard.type(READER)
+        tab.page.keyboard.press("Enter")
         expect(tab.page.locator("#crawls")).to_be_visible()
-        expect(tab.page.get_by_text("dash")).to_be_visible()
+        expect(tab.page.get_by_text("dash (read)")).to_be_visible()
+        # What a person or a site wrote is shown as text, never run as markup.
+        expect(tab.page.locator("#crawls [data-col='label']")).to_have_text(hostile)
+        expect(tab.page.locator("#crawls img")).to_have_count(0)
         for section in ("crawls", "domains", "dead", "fleet"):
             tab.go(section)
             expect(tab.page.locator(f"#{section}")).to_be_visible()
             for name in ("Start crawl", "Cancel", "Pause", "Resume", "Replay", "Delete"):
                 expect(tab.page.get_by_role("button", name=name)).to_have_count(0)
+        gateway = tab.page.locator("#fleet .gateway")
+        expect(gateway).to_contain_text("1 healthy, 1 cooling, 1 dead")
+        expect(gateway).to_contain_text("e1: cooling for a.test")
+        expect(gateway.locator("meter")).to_have_attribute("value", "2.5")
         # The token lives in this tab's session only, never in a URL.
         assert READER not in tab.page.url
         assert not [u for u in tab.requests if READER in u]
@@ -160,9 +178,14 @@ def test_a_dead_letter_is_replayed_from_the_console(
     assert site.hits("/product/3") == fetched + 1  # replayed: fetched again, and stored this time
 
 
+def _run(work: Coroutine[Any, Any, T]) -> T:
+    """Run `work` on an event loop of its own thread: Playwright's sync API owns this one's."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, work).result()
+
+
 def _queue(settings: Settings) -> tuple[int, int]:
-    """(ready messages, consumers) of a.test's queue, from the broker itself (the management API lags);
-    in a thread of its own: Playwright's sync API owns this one's event loop."""
+    """(ready messages, consumers) of a.test's queue, from the broker itself (the management API lags)."""
 
     async def declare() -> tuple[int, int]:
         async with await aio_pika.connect(settings.amqp_url) as connection:
@@ -171,8 +194,28 @@ def _queue(settings: Settings) -> tuple[int, int]:
             result = queue.declaration_result
             return result.message_count or 0, result.consumer_count or 0
 
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, declare()).result()
+    return _run(declare())
+
+
+async def _gateway_reports(settings: Settings) -> None:
+    """A crawler-gateway replica's report: e0 dead, e1 cooling for a.test, e2 healthy, a key 2.5 of 10."""
+    names = Names(settings.prefix)
+    proxies = ProxiesConfig.model_validate(
+        {
+            "exits": [
+                {"id": e, "url": f"http://127.0.0.41:{i + 1}"} for i, e in enumerate(["e0", "e1", "e2"])
+            ],
+            "keys": [{"id": "paid", "key_env": "K", "budget": 10}],
+        }
+    )
+    redis = Redis.from_url(settings.redis_url)
+    try:
+        await redis.set(names.gw_dead_key("e0"), "1", px=60_000)
+        await redis.set(names.gw_cool_key("e1", "a.test"), "1", px=60_000)
+        await redis.incrbyfloat(names.gw_credits_key("paid"), 2.5)
+        await Reporter(redis, names, lambda: proxies, ttl=120).publish()
+    finally:
+        await redis.aclose()
 
 
 def _only_refusals(errors: list[str]) -> bool:

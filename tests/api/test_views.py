@@ -9,8 +9,11 @@ from collections.abc import Iterator
 
 import aio_pika
 import pytest
+from redis.asyncio import Redis
 
 from crawler.api.console import CONTENT_SECURITY_POLICY, STATIC
+from crawler.gateway.proxies import ProxiesConfig
+from crawler.gateway.report import Reporter
 from crawler.names import Names
 from crawler.settings import Settings
 from demo.site import Reply, Site, serve
@@ -123,9 +126,22 @@ def test_dead_letters_are_grouped_by_domain_and_reason(api: Api, settings: Setti
         assert client.get("/v1/dead/summary").json() == {"groups": [], "total": 0}
 
 
-async def test_the_fleet_lists_a_running_worker_and_freshness_per_domain(
-    api: Api, settings: Settings
+async def test_the_fleet_lists_a_running_worker_a_gateway_replica_and_freshness_per_domain(
+    api: Api, settings: Settings, redis: Redis
 ) -> None:
+    names = Names(settings.prefix)
+    proxies = ProxiesConfig.model_validate(
+        {
+            "exits": [
+                {"id": e, "url": f"http://127.0.0.41:{i + 1}"} for i, e in enumerate(["e0", "e1", "e2"])
+            ],
+            "keys": [{"id": "paid", "key_env": "K", "budget": 10}],
+        }
+    )
+    await redis.set(names.gw_dead_key("e0"), "1", px=30_000)
+    await redis.set(names.gw_cool_key("e1", "a.test"), "1", px=30_000)
+    await redis.incrbyfloat(names.gw_credits_key("paid"), 2.5)
+    await Reporter(redis, names, lambda: proxies).publish()
     worker = consumer(settings)
     try:
         with api.client(READER) as client:
@@ -136,7 +152,15 @@ async def test_the_fleet_lists_a_running_worker_and_freshness_per_domain(
 
             await until(lambda: asyncio.to_thread(live), within=60, what="the worker in the fleet")
             fleet = client.get("/v1/fleet").json()
-        assert fleet["gateways"] == []
+        (gateway,) = fleet["gateways"]
+        assert gateway["state"] == "live" and gateway["age"] is not None and gateway["pid"] > 0
+        assert [(e["id"], e["state"], e["cooling"]) for e in gateway["exits"]] == [
+            ("e0", "dead", []),
+            ("e1", "cooling", ["a.test"]),
+            ("e2", "healthy", []),
+        ]
+        assert 0 < gateway["exits"][0]["dead_for"] <= 30
+        assert gateway["keys"] == [{"id": "paid", "credits": 2.5, "budget": 10.0}]
         assert fleet["freshness"] == [
             {"domain": "a.test", "recrawls": False, "due": 0, "overdue_seconds": None}
         ]

@@ -157,3 +157,6 @@ def test_the_image_install_scripts_build_and_install_a_working_wheel(tmp_path: P
         cwd=tmp_path,  # not the checkout, whose crawler/ would be found first
     )
     assert str(venv) in where.stdout, "the wheel's crawler, not the editable checkout, was run"
+    # The web console's files travel inside the wheel too: crawler-api serves them from the package.
+    installed = Path(where.stdout.strip()).parent / "api" / "console" / "static"
+    assert {p.name for p in installed.iterdir()} >= {"index.html", "console.js", "console.css"}
