@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import secrets
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -61,7 +62,7 @@ class CrawlView:
     started: datetime
     finished: datetime | None
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
-    # Credits spent by paid fetch backends; None until the fetch gateway records them per crawl.
+    # Credits paid fetch backends charged for its stored pages; None if none was charged.
     credits: float | None = None
 
 
@@ -149,6 +150,7 @@ class FleetView:
 
 
 SERIES_POINTS = 120  # most points of a crawl's pages-over-time series
+STATUS_FRESH = 1.0  # seconds a read of the fleet's status serves every caller
 
 
 def _reported(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
@@ -204,6 +206,7 @@ class Control:
         self._store = store
         self._history = history
         self._state = CrawlState(f.redis, settings.names)
+        self._status_read: tuple[float, asyncio.Task[dict[str, Any]]] | None = None
 
     @classmethod
     @asynccontextmanager
@@ -251,6 +254,8 @@ class Control:
         records = records[:limit]
         credits = await asyncio.to_thread(self._store.credits, [r.id for r in records])
         views = [await self._view(r, credits.get(r.id)) for r in records]
+        # A running crawl found done is finished by its view: it leaves a list of running ones.
+        views = [v for v in views if state is None or v.state == state]
         return CrawlsView(views, records[-1].id if more else None)
 
     async def get_crawl(self, crawl: str) -> CrawlView:
@@ -321,7 +326,7 @@ class Control:
     async def domains(self) -> list[DomainView]:
         """Every configured domain's queue, rate, pause and consumers."""
         data, paused, health = await asyncio.gather(
-            status(self.settings, self.config, self._f.connection),
+            self._status(),
             self._state.paused(),
             domain_health(self._f.redis, self.settings.names, self.config, sorted(self.config.domains)),
         )
@@ -341,13 +346,27 @@ class Control:
             for d in data["domains"]
         ]
 
+    async def _status(self) -> dict[str, Any]:
+        """The fleet's status, read at most once per STATUS_FRESH seconds: every console open on this
+        API polls it, and each read asks the management API, the database and Redis."""
+        now = time.monotonic()
+        if self._status_read is None or now - self._status_read[0] > STATUS_FRESH:
+            read = asyncio.ensure_future(status(self.settings, self.config, self._f.connection))
+            self._status_read = (now, read)
+        _, read = self._status_read
+        try:
+            return await asyncio.shield(read)
+        except Exception:
+            self._status_read = None  # a failed read is not kept: the next caller asks again
+            raise
+
     async def fleet(self) -> FleetView:
         """Workers by their heartbeats, gateway replicas by their reports, freshness per domain."""
         names = self.settings.names
         found, replicas, data = await asyncio.gather(
             workers(self._f.redis, names),
             gateways(self._f.redis, names),
-            status(self.settings, self.config, self._f.connection),
+            self._status(),
         )
         fresh = [
             Freshness(

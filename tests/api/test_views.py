@@ -141,7 +141,7 @@ async def test_the_fleet_lists_a_running_worker_a_gateway_replica_and_freshness_
     await redis.set(names.gw_dead_key("e0"), "1", px=30_000)
     await redis.set(names.gw_cool_key("e1", "a.test"), "1", px=30_000)
     await redis.incrbyfloat(names.gw_credits_key("paid"), 2.5)
-    await Reporter(redis, names, lambda: proxies).publish()
+    await Reporter(redis, names, lambda: proxies, ttl=120).publish()  # live however slow the start
     worker = consumer(settings)
     try:
         with api.client(READER) as client:
