@@ -77,6 +77,8 @@ def test_a_wrong_token_is_told_and_a_read_token_sees_no_button_that_needs_admin(
         expect(tab.page.locator("#fleet")).to_be_visible()
         tab.page.get_by_role("button", name="Sign out").click()
         expect(tab.page.locator("#signin")).to_be_visible()
+        expect(tab.page.get_by_role("navigation")).to_be_hidden()
+        expect(tab.page.get_by_role("button", name="Sign out")).to_be_hidden()
         assert tab.page.evaluate("() => sessionStorage.length") == 0
         assert tab.outside() == [], tab.outside()
         assert _only_refusals(tab.errors), tab.errors
