@@ -46,6 +46,7 @@ from crawler.reparse.run import Reparser
 from crawler.scheduler.running import scheduling
 from crawler.service import Control, CrawlView, NewCrawl, check_crawl
 from crawler.service.inputs import DEAD_LIMIT, DEAD_REASONS, CrawlRequest
+from crawler.service.migration import migrate_frontier
 from crawler.settings import Settings
 from crawler.sink.export import FORMATS, Query, export, parse_since
 from crawler.sink.prune import Pruner
@@ -438,6 +439,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_workers, help="processes reading pages (default: one per core)")
     _common(p)
 
+    p = sub.add_parser(
+        "frontier",
+        help="migrate: re-make the queues as domains.yaml's frontier.queue_type says, moving messages",
+    )
+    p.add_argument("action", choices=["migrate"])
+    p.add_argument(
+        "--domains", type=_domains, help="only these domains' queues, comma-separated (and the shared ones)"
+    )
+    _common(p)
+
     p = sub.add_parser("db", help="database schema")
     p.add_argument("action", choices=["upgrade"])
     _common(p)
@@ -529,6 +540,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _sitemaps(args)
         elif args.command == "reparse":
             return await _reparse(settings, config, args)
+        elif args.command == "frontier":
+            moved = await migrate_frontier(settings, config, wiring.check_domains(config, args.domains))
+            for queue, count in moved.queues.items():
+                print(f"{queue}: re-made as {config.frontier.queue_type}, {count} message(s) moved")
+            print(f"{len(moved.unchanged)} queue(s) already {config.frontier.queue_type}")
         elif args.command == "db":
             await asyncio.to_thread(migrate, settings.database_url)
             print("database schema is up to date")

@@ -448,6 +448,18 @@ class DedupConfig(_Strict):
     buckets: int | None = Field(None, ge=2, le=100_000_000)  # compact; None: capacity / 256
 
 
+class FrontierConfig(_Strict):
+    """The kind of RabbitMQ queues the frontier is made of; read when the topology is declared."""
+
+    # classic: one node's queues, ten priority levels. quorum: replicated over `replicas` nodes of a
+    # cluster (Raft), surviving the loss of a minority of them; priorities in two bands.
+    queue_type: Literal["classic", "quorum"] = "classic"
+    replicas: int = Field(3, ge=1, le=9)
+    # A quorum queue dead-letters a message returned this many times (a worker dying on it, say)
+    # instead of delivering it for ever; shutdowns and reconnects return messages too, so keep room.
+    delivery_limit: int = Field(20, ge=2, le=1_000)
+
+
 class CrawlConfig(_Strict):
     """The whole of domains.yaml."""
 
@@ -479,6 +491,7 @@ class CrawlConfig(_Strict):
     # queue is taken up again: time for a person to raise the budget.
     budget_pause: float = Field(300.0, gt=0, le=86_400)
     dedup: DedupConfig = Field(default_factory=DedupConfig)
+    frontier: FrontierConfig = Field(default_factory=FrontierConfig)
     # A WARC file is closed and the next begun once it holds this many bytes (Heritrix's and
     # Browsertrix's default: 1 GB).
     archive_max_bytes: int = Field(1_000_000_000, ge=1_000, le=100_000_000_000)

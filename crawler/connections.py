@@ -7,9 +7,10 @@ import errno
 import inspect
 import logging
 import os
+import random
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
@@ -18,12 +19,15 @@ import aio_pika
 from aio_pika.abc import AbstractConnection, AbstractRobustConnection
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import MasterNotFoundError
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import AuthenticationError as RedisAuthenticationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from crawler import sentinel
 from crawler.errors import ServiceUnavailable
+from crawler.failover import FailoverConnection, nodes
 from crawler.redact import redact
 
 log = logging.getLogger(__name__)
@@ -144,22 +148,37 @@ async def broker(
 ) -> AsyncIterator[AbstractRobustConnection]:
     """A robust RabbitMQ connection named after this process; it reconnects by itself, and logs
     when RabbitMQ blocks its publishes (into `blocking`, if given)."""
-    try:
-        connection = await aio_pika.connect_robust(
-            with_heartbeat(url),
-            client_properties={"connection_name": process_label(role)},
-            timeout=CONNECT_TIMEOUT,
-        )
-    except (OSError, TimeoutError, aio_pika.exceptions.AMQPError) as exc:
-        raise ServiceUnavailable(
-            f"cannot connect to RabbitMQ at {redact(url)}: {_amqp_refusal(exc, url)}"
-        ) from None
+    connection = await _first_reachable(nodes(url), role)
     _log_outages(connection, role)
     follow_blocking(connection, blocking or Blocking(process_label(role)))
     try:
         yield connection
     finally:
         await connection.close()
+
+
+async def _first_reachable(urls: Sequence[str], role: str) -> FailoverConnection:
+    """A connection to the first node of `urls` that answers, starting at a random one so that a
+    fleet spreads over a cluster; ServiceUnavailable, saying why for each, if none does."""
+    start = random.randrange(len(urls)) if urls else 0
+    refusals = []
+    for i in range(len(urls)):
+        at = (start + i) % len(urls)
+        connection = FailoverConnection(
+            [with_heartbeat(u) for u in urls],
+            at,
+            client_properties={"connection_name": process_label(role)},
+        )
+        try:
+            await connection.connect(timeout=CONNECT_TIMEOUT)
+        except (OSError, TimeoutError, aio_pika.exceptions.AMQPError) as exc:
+            await connection.close()
+            refusals.append(f"at {redact(urls[at])}: {_amqp_refusal(exc, urls[at])}")
+            continue
+        if refusals:
+            log.warning("RabbitMQ (%s): connected to %s; not %s", role, redact(urls[at]), "; ".join(refusals))
+        return connection
+    raise ServiceUnavailable(f"cannot connect to RabbitMQ {'; '.join(refusals) or 'at no URL'}")
 
 
 def _amqp_refusal(exc: BaseException, url: str) -> str:
@@ -242,13 +261,19 @@ async def redis(url: str) -> AsyncIterator[Redis]:
     # redis-py's default pool fails a command outright once 100 are under way (MaxConnectionsError),
     # and a consumer of hundreds of domains has more messages than that in flight: wait for a
     # connection instead.
-    pool = BlockingConnectionPool.from_url(
-        url,
-        max_connections=REDIS_CONNECTIONS,
-        timeout=REDIS_WAIT,
-        socket_connect_timeout=CONNECT_TIMEOUT,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), REDIS_RETRIES),
-        retry_on_error=[RedisConnectionError],
+    options: dict[str, Any] = {
+        "max_connections": REDIS_CONNECTIONS,
+        "timeout": REDIS_WAIT,
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), REDIS_RETRIES),
+        # Through Sentinel, a master demoted by a failover answers writes with READONLY, which
+        # redis-py turns into a ConnectionError: retried, on the promoted replica.
+        "retry_on_error": [RedisConnectionError],
+    }
+    pool = (
+        sentinel.master_pool(_sentinel_url(url), **options)
+        if sentinel.is_sentinel(url)
+        else BlockingConnectionPool.from_url(url, **options)
     )
     client = Redis.from_pool(pool)
     async with AsyncExitStack() as stack:
@@ -257,15 +282,32 @@ async def redis(url: str) -> AsyncIterator[Redis]:
         yield client
 
 
+def _sentinel_url(url: str) -> sentinel.SentinelURL:
+    try:
+        return sentinel.parse(url)
+    except ValueError as exc:
+        raise ServiceUnavailable(f"CRAWLER_REDIS_URL {redact(url)}: {exc}") from None
+
+
 async def _reachable(url: str) -> None:
     """Raise ServiceUnavailable, saying why, unless Redis at `url` answers a PING at once.
 
     Asked once, without the retries that carry a running crawl through a restart of Redis: a
     program started against a Redis that is not there says so in a moment.
     """
-    probe = Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT, retry=Retry(NoBackoff(), 0))
+    once: dict[str, Any] = {"socket_connect_timeout": CONNECT_TIMEOUT, "retry": Retry(NoBackoff(), 0)}
+    probe = (
+        Redis.from_pool(sentinel.master_pool(_sentinel_url(url), **once))
+        if sentinel.is_sentinel(url)
+        else Redis.from_url(url, **once)
+    )
     try:
         await asyncio.wait_for(probe.ping(), CONNECT_TIMEOUT)
+    except MasterNotFoundError as exc:
+        raise ServiceUnavailable(
+            f"cannot connect to Redis through the sentinels of {redact(url)}: none of them names a "
+            f"master of that service, or none answers ({exc}); check CRAWLER_REDIS_URL"
+        ) from None
     except RedisAuthenticationError:
         raise ServiceUnavailable(
             f"cannot connect to Redis at {redact(url)}: it refused the password (or user); "

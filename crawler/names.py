@@ -30,6 +30,11 @@ BUCKET_KEPT = 60.0
 
 # A classic queue's priority levels cost memory per level; 0..9 is what domains.yaml allows.
 MAX_PRIORITY = 9
+# Quorum queues (RabbitMQ < 4.0) have no priorities: messages at or above FIRST_BAND (seeds, links a
+# URL rule raised above the default) go to a domain's first-band queue, marked by this last word of
+# their routing key (no host name ends in it), and a worker consumes both of the domain's queues.
+FIRST_BAND = 6
+FIRST_BAND_WORD = "^"
 
 # A worker's heartbeat key lives this long unless renewed; it is renewed every third of it, so a
 # worker must miss three beats in a row before it shows as gone.
@@ -117,6 +122,10 @@ class Names:
     def domain_queue(self, domain: str) -> str:
         """The work queue of one configured domain."""
         return f"{self.prefix}.domain.{domain}"
+
+    def first_band(self, domain: str) -> str:
+        """A quorum frontier's queue of one domain's first-priority work (seeds and raised links)."""
+        return f"{self.prefix}.first.{domain}"
 
     def retry_queue(self, delay: float) -> str:
         """The delay queue of one retry tier."""

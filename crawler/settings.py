@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from urllib.parse import SplitResult, urlsplit
 
+from crawler import sentinel
 from crawler.errors import ConfigError
 from crawler.names import DEFAULT_PREFIX, Names
 
@@ -89,21 +90,35 @@ def _url(value: str, schemes: tuple[str, ...]) -> SplitResult | None:
 
 
 def _amqp(value: str) -> str | None:
-    parts = _url(value, ("amqp", "amqps"))
-    if parts is None or not parts.hostname or parts.path.count("/") > 1:
-        return (
-            "not a RabbitMQ URL: write amqp://HOST:5672/VHOST, USER:PASSWORD@ before HOST (amqps:// for TLS)"
-        )
+    listed = [node.strip() for node in value.split(",")]
+    for node in listed:
+        parts = _url(node, ("amqp", "amqps"))
+        if parts is None or not parts.hostname or parts.path.count("/") > 1:
+            return (
+                "not a RabbitMQ URL: write amqp://HOST:5672/VHOST, USER:PASSWORD@ before HOST (amqps:// "
+                "for TLS); the nodes of a cluster as such URLs separated by commas"
+            )
+    if len({urlsplit(node).path for node in listed}) > 1:
+        return "the nodes of a cluster are one vhost: give every URL the same /VHOST"
     return None
 
 
 def _redis(value: str) -> str | None:
+    if sentinel.is_sentinel(value):
+        try:
+            sentinel.parse(value)
+        except ValueError as exc:
+            return str(exc)
+        return None
     parts = _url(value, ("redis", "rediss", "unix"))
     well_formed = parts is not None and (
         bool(parts.path) if parts.scheme == "unix" else bool(parts.hostname) and _redis_db(parts.path)
     )
     if not well_formed:
-        return "not a Redis URL: write redis://HOST:6379/0 (rediss:// for TLS, unix:///PATH for a socket)"
+        return (
+            "not a Redis URL: write redis://HOST:6379/0 (rediss:// for TLS, unix:///PATH for a socket, "
+            f"{sentinel.SHAPE} through Sentinel)"
+        )
     return None
 
 

@@ -18,7 +18,7 @@ from crawler.fetch.fetcher import BoundedFetcher
 from tests.support import services, tripwire
 
 # Fixtures of tests/support modules, usable by every test.
-pytest_plugins = ["tests.support.redis_server"]
+pytest_plugins = ["tests.support.redis_server", "tests.support.sentinel", "tests.support.rabbit_cluster"]
 
 # Nothing a test does may connect outside loopback, even if the crawler's own guard fails.
 tripwire.install()

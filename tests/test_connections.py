@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-import httpx
 import pytest
 
 from crawler import connections
@@ -36,16 +35,7 @@ async def test_a_lost_broker_connection_is_one_line_and_its_return_another(
     async with connections.broker(amqp_url, "probe") as connection:
         assert connection.transport is not None
         assert connection.transport.connection.heartbeat_timeout == AMQP_HEARTBEAT
-        vhost = amqp_url.rsplit("/", 1)[1]
-        async with httpx.AsyncClient(
-            base_url=services.MANAGEMENT, auth=services.AUTH, trust_env=False
-        ) as api:
-
-            async def listed() -> list[str]:
-                return [c["name"] for c in (await api.get(f"/api/vhosts/{vhost}/connections")).json()]
-
-            mine = await until(listed, what="the connection listed by the management API")
-            (await api.delete(f"/api/connections/{mine[0]}")).raise_for_status()
+        await services.close_connection(amqp_url)
         await until(lambda: "RabbitMQ connection (probe) back" in caplog.text, within=30, what="back")
     lines = [r.getMessage() for r in caplog.records if r.name == "crawler.connections"]
     assert len(lines) == 2, lines  # its own close at the end is not a loss

@@ -10,6 +10,7 @@ from typing import Any
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
 
 from crawler import names as hdr
+from crawler.frontier.exchanges import host_of_key
 from crawler.frontier.message import persistent
 from crawler.names import Names
 
@@ -58,11 +59,12 @@ class DeadLetter:
             value = headers.get(name, 0)
             return value if isinstance(value, int) else 0
 
-        # Rejected by a consumer without our headers: RabbitMQ's own x-death says where from.
-        reason = text(hdr.HEADER_REASON) or ("rejected" if "x-death" in headers else "unknown")
+        # Dead-lettered by RabbitMQ itself (a consumer's reject, a quorum queue's delivery limit):
+        # its own x-death says why.
+        reason = text(hdr.HEADER_REASON) or _death_reason(headers.get("x-death"))
         return cls(
             url=url,
-            domain=text(hdr.HEADER_DOMAIN) or message.routing_key or "",
+            domain=text(hdr.HEADER_DOMAIN) or host_of_key(message.routing_key or ""),
             reason=reason,
             attempts=number(hdr.HEADER_ATTEMPTS),
             status=number(hdr.HEADER_STATUS),
@@ -70,6 +72,14 @@ class DeadLetter:
             consumer=text(hdr.HEADER_CONSUMER),
             time=text(hdr.HEADER_TIME),
         )
+
+
+def _death_reason(deaths: object) -> str:
+    """RabbitMQ's reason for its latest dead-lettering of a message (rejected, delivery_limit...)."""
+    if not isinstance(deaths, list | tuple) or not deaths or not isinstance(deaths[0], dict):
+        return "unknown"
+    reason = deaths[0].get("reason", "rejected")
+    return reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
 
 
 Match = Callable[[DeadLetter], bool]

@@ -9,10 +9,17 @@ from typing import Any
 from aio_pika.abc import AbstractChannel, ExchangeType
 from aiormq.exceptions import ChannelPreconditionFailed
 
-from crawler.config import CrawlConfig
+from crawler.config import CrawlConfig, FrontierConfig
 from crawler.errors import CrawlerError
 from crawler.frontier.retry import JITTER
-from crawler.names import HEADER_RETRY_TIER, MAX_PRIORITY, Names, delay_label
+from crawler.names import (
+    FIRST_BAND,
+    FIRST_BAND_WORD,
+    HEADER_RETRY_TIER,
+    MAX_PRIORITY,
+    Names,
+    delay_label,
+)
 
 Arguments = Mapping[str, Any]
 
@@ -52,22 +59,82 @@ class Topology:
     queues: tuple[Queue, ...]
 
 
-def domain_queue(names: Names, domain: str) -> Queue:
-    """A domain's work queue: takes the domain and every subdomain, rejects go to the dead queue."""
+CLASSIC = FrontierConfig()
+# A quorum queue a person reads through (the dead letters: each read returns them) or nobody consumes
+# must never drop a message for its deliveries; RabbitMQ 4.0 would after 20 by default.
+UNLIMITED_DELIVERIES = 2**31 - 1
+
+
+def routing_key(host: str, priority: int) -> str:
+    """The frontier routing key of a URL on `host` at `priority`: its host, marked if first-band."""
+    return f"{host}.{FIRST_BAND_WORD}" if priority >= FIRST_BAND else host
+
+
+def host_of_key(key: str) -> str:
+    """The host a frontier routing key was made from."""
+    return key.removesuffix(f".{FIRST_BAND_WORD}")
+
+
+def kind(frontier: FrontierConfig, dead_letters_to: str | None = None) -> dict[str, Any]:
+    """Arguments of a queue of the frontier's type, dead-lettering to `dead_letters_to` if given."""
+    args: dict[str, Any] = {}
+    if dead_letters_to is not None:
+        args["x-dead-letter-exchange"] = dead_letters_to
+    if frontier.queue_type == "classic":
+        return args
+    args |= {"x-queue-type": "quorum", "x-quorum-initial-group-size": frontier.replicas}
+    if dead_letters_to is not None:
+        # At-least-once: a message leaves for its dead-letter exchange only once that is confirmed
+        # (RabbitMQ 3.10+); it requires the reject-publish overflow.
+        args |= {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+    return args
+
+
+def domain_queue(names: Names, domain: str, frontier: FrontierConfig = CLASSIC) -> Queue:
+    """A domain's work queue: takes the domain and every subdomain, rejects go to the dead queue.
+
+    Classic: one queue with ten priorities. Quorum: below FIRST_BAND only (see `first_band_queue`)."""
+    keys = [f"#.{domain}"]
+    args = kind(frontier, names.dead)
+    if frontier.queue_type == "classic":
+        keys.append(f"#.{domain}.{FIRST_BAND_WORD}")
+        args["x-max-priority"] = MAX_PRIORITY
+    else:
+        args["x-delivery-limit"] = frontier.delivery_limit
+    return Queue(names.domain_queue(domain), args, tuple(Binding(names.frontier, k) for k in keys))
+
+
+def first_band_queue(names: Names, domain: str, frontier: FrontierConfig) -> Queue:
+    """A quorum frontier's queue of a domain's seeds and raised links, consumed beside its queue."""
     return Queue(
-        names.domain_queue(domain),
-        {"x-max-priority": MAX_PRIORITY, "x-dead-letter-exchange": names.dead},
-        (Binding(names.frontier, f"#.{domain}"),),
+        names.first_band(domain),
+        kind(frontier, names.dead) | {"x-delivery-limit": frontier.delivery_limit},
+        (Binding(names.frontier, f"#.{domain}.{FIRST_BAND_WORD}"),),
     )
 
 
-def retry_queue(names: Names, delay: float) -> Queue:
+def domain_queues(names: Names, domain: str, frontier: FrontierConfig = CLASSIC) -> tuple[Queue, ...]:
+    """Every queue holding a domain's work: one on a classic frontier, two bands on a quorum one."""
+    if frontier.queue_type == "classic":
+        return (domain_queue(names, domain, frontier),)
+    return (domain_queue(names, domain, frontier), first_band_queue(names, domain, frontier))
+
+
+def retry_queue(names: Names, delay: float, frontier: FrontierConfig = CLASSIC) -> Queue:
     """A delay tier: no consumers; its messages expire back into the frontier by their host."""
     return Queue(
         names.retry_queue(delay),
-        {"x-message-ttl": round(delay * JITTER * 1000), "x-dead-letter-exchange": names.frontier},
+        kind(frontier, names.frontier) | {"x-message-ttl": round(delay * JITTER * 1000)},
         (Binding(names.retry, "", {"x-match": "all", HEADER_RETRY_TIER: delay_label(delay)}),),
     )
+
+
+def kept_queue(name: str, frontier: FrontierConfig, binding: Binding) -> Queue:
+    """A queue messages wait in for a person (dead, unrouted): never dead-letters, never drops."""
+    args = kind(frontier)
+    if frontier.queue_type == "quorum":
+        args["x-delivery-limit"] = UNLIMITED_DELIVERIES
+    return Queue(name, args, (binding,))
 
 
 def topology(config: CrawlConfig, names: Names) -> Topology:
@@ -79,11 +146,12 @@ def topology(config: CrawlConfig, names: Names) -> Topology:
         Exchange(names.retry, ExchangeType.HEADERS),
         Exchange(names.changes, ExchangeType.TOPIC),  # subscribers bind their own queues
     )
+    frontier = config.frontier
     queues = (
-        Queue(names.unrouted, bindings=(Binding(names.unrouted),)),
-        Queue(names.dead, bindings=(Binding(names.dead),)),
-        *(retry_queue(names, delay) for delay in config.retry_tiers),
-        *(domain_queue(names, domain) for domain in sorted(config.domains)),
+        kept_queue(names.unrouted, frontier, Binding(names.unrouted)),
+        kept_queue(names.dead, frontier, Binding(names.dead)),
+        *(retry_queue(names, delay, frontier) for delay in config.retry_tiers),
+        *(q for domain in sorted(config.domains) for q in domain_queues(names, domain, frontier)),
     )
     return Topology(exchanges, queues)
 
@@ -100,13 +168,14 @@ async def declare(channel: AbstractChannel, topo: Topology) -> None:
     except ChannelPreconditionFailed as exc:
         raise CrawlerError(
             f"RabbitMQ refused the topology: {exc}. An exchange or queue of that name exists with "
-            "other arguments; delete it in the management UI (or use another CRAWLER_PREFIX)"
+            "other arguments: if domains.yaml's frontier.queue_type changed, run `crawler frontier "
+            "migrate`; otherwise delete it in the management UI (or use another CRAWLER_PREFIX)"
         ) from None
 
 
 def work_queues(config: CrawlConfig, names: Names, domains: Iterable[str]) -> list[str]:
     """Queues holding work still to do for `domains`: their queues and every retry tier."""
     return [
-        *(names.domain_queue(d) for d in domains),
+        *(q.name for d in domains for q in domain_queues(names, d, config.frontier)),
         *(names.retry_queue(d) for d in config.retry_tiers),
     ]

@@ -17,8 +17,12 @@ from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
-from crawler.config import Recrawl
+from crawler.config import Recrawl, Rules
+from crawler.frontier.exchanges import routing_key
 from crawler.frontier.message import CrawlMessage, Refresh
+from crawler.frontier.publisher import Outgoing
+from crawler.frontier.router import priority_for
+from crawler.frontier.urls import host_of
 from crawler.sink.schedule import Due
 
 Found = Literal["new", "changed", "unchanged", "gone", "failed"]
@@ -99,3 +103,9 @@ def refresh_message(due: Due) -> CrawlMessage:
     etag, last_modified = (due.etag, due.last_modified) if due.gone == 0 else (None, None)
     refresh = Refresh(etag, last_modified, due.signature, due.interval, due.gone, due.version, due.archived)
     return CrawlMessage(due.url, due.depth, crawl=due.crawl, refresh=refresh)
+
+
+def refresh_outgoing(due: Due, rules: Rules) -> Outgoing:
+    """A claimed page's refresh, ready to publish at the priority its domain's rules give it."""
+    priority = priority_for(due.url, due.depth, rules)
+    return Outgoing(routing_key(host_of(due.url), priority), refresh_message(due).encode(), priority)

@@ -14,6 +14,7 @@ from aio_pika.abc import AbstractExchange
 from crawler.config import CrawlConfig, Rules
 from crawler.dedup.store import SeenStore
 from crawler.errors import BadURL, CrawlerError
+from crawler.frontier.exchanges import routing_key
 from crawler.frontier.message import CrawlMessage
 from crawler.frontier.publisher import MAX_ROUTING_KEY, Outgoing, Publisher
 from crawler.frontier.quota import PageQuota
@@ -204,4 +205,6 @@ class Router:
     ) -> Outgoing:
         if priority is None:
             priority = priority_for(c.url, depth, self.config.rules_for(c.domain))
-        return Outgoing(c.host, CrawlMessage(c.url, depth, via, crawl).encode(), priority)
+        return Outgoing(
+            routing_key(c.host, priority), CrawlMessage(c.url, depth, via, crawl).encode(), priority
+        )

@@ -16,6 +16,7 @@ from aio_pika.abc import AbstractExchange
 from redis.asyncio import Redis
 
 from crawler.errors import BadURL
+from crawler.frontier.exchanges import routing_key
 from crawler.frontier.message import CrawlMessage, SitemapTask
 from crawler.frontier.publisher import Outgoing, Publisher
 from crawler.frontier.router import PublishFailed
@@ -44,7 +45,11 @@ def find_task(origin: str, round_: str, crawl: str | None, counted: bool = True)
     """The task that has the sitemaps of `origin` (scheme://host[:port]) found, in round `round_`."""
     url = robots_url(origin)
     task = SitemapTask(round_, 0, find=True, counted=counted)
-    return Outgoing(host_of(url), CrawlMessage(url, crawl=crawl, sitemap=task).encode(), MAX_PRIORITY)
+    return Outgoing(
+        routing_key(host_of(url), MAX_PRIORITY),
+        CrawlMessage(url, crawl=crawl, sitemap=task).encode(),
+        MAX_PRIORITY,
+    )
 
 
 @dataclass(slots=True)
@@ -100,7 +105,11 @@ class SitemapTasks:
         todo = await self._claim(task.round, list(chosen), claimant)
         tasked.dropped["seen"] += len(chosen) - len(todo)
         outgoing = [
-            Outgoing(host_of(url), CrawlMessage(url, crawl=crawl, sitemap=task).encode(), MAX_PRIORITY)
+            Outgoing(
+                routing_key(host_of(url), MAX_PRIORITY),
+                CrawlMessage(url, crawl=crawl, sitemap=task).encode(),
+                MAX_PRIORITY,
+            )
             for url in todo
         ]
         try:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 
 from crawler.config import CrawlConfig
-from crawler.frontier.exchanges import declare, topology
+from crawler.frontier.exchanges import declare, domain_queues, topology
 from crawler.monitor.metrics import Metrics
 from crawler.names import Names
 
@@ -36,7 +36,11 @@ class SampledQueue:
 def sampled_queues(config: CrawlConfig, names: Names, domains: Sequence[str]) -> list[SampledQueue]:
     """The queues a worker consuming `domains` samples."""
     return [
-        *(SampledQueue(names.domain_queue(d), "domain", d) for d in domains),
+        *(
+            SampledQueue(q.name, "domain", d)
+            for d in domains
+            for q in domain_queues(names, d, config.frontier)
+        ),
         *(SampledQueue(names.retry_queue(t), "retry") for t in config.retry_tiers),
         SampledQueue(names.dead, "dead"),
         SampledQueue(names.unrouted, "unrouted"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,6 +17,8 @@ from rich.table import Table
 
 from crawler import connections
 from crawler.config import CrawlConfig
+from crawler.failover import first_node
+from crawler.frontier.exchanges import domain_queues
 from crawler.monitor.heartbeat import workers
 from crawler.settings import Settings
 from crawler.sink.schedule import Backlog, Schedule
@@ -34,6 +37,18 @@ class QueueDepth:
     ready: int
     unacked: int | None
     consumers: int
+
+    @classmethod
+    def of_bands(cls, bands: Sequence[QueueDepth]) -> QueueDepth:
+        """A domain's depth from its queues (a quorum frontier's two bands); each worker consumes all."""
+        first = bands[0]
+        unacked = [b.unacked for b in bands]
+        return cls(
+            first.name,
+            sum(b.ready for b in bands),
+            None if None in unacked else sum(u or 0 for u in unacked),
+            max(b.consumers for b in bands),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +104,7 @@ def management_url(amqp_url: str, api_url: str | None = None) -> tuple[str, str,
 
     The API is `api_url` if given (its credentials, else the AMQP URL's), else the AMQP host on 15672.
     """
-    parts = urlsplit(amqp_url)
+    parts = urlsplit(first_node(amqp_url))  # a cluster's nodes share vhosts and users
     vhost = unquote(parts.path[1:]) or "/"
     auth = (unquote(parts.username or "guest"), unquote(parts.password or "guest"))
     if not api_url:
@@ -202,7 +217,8 @@ async def status(
     names = settings.names
     extra = [names.unrouted, names.dead, *(names.retry_queue(d) for d in config.retry_tiers)]
     chosen = sorted(config.domains)
-    queues = [names.domain_queue(d) for d in chosen]
+    bands = {d: [q.name for q in domain_queues(names, d, config.frontier)] for d in chosen}
+    queues = [q for d in chosen for q in bands[d]]
     (depths, source), stored, found = await asyncio.gather(
         queue_depths(settings, queues + extra, connection),
         asyncio.to_thread(_stored, settings.database_url, chosen),
@@ -213,7 +229,8 @@ async def status(
     domains = []
     for d in chosen:
         ok, failed = stored.counts.get(d, (0, 0))
-        depth = depths.get(names.domain_queue(d), missing)
+        found_bands = [depths[q] for q in bands[d] if q in depths]
+        depth = QueueDepth.of_bands(found_bands) if found_bands else missing
         rate = round(stored.recent.get(d, 0) / RATE_WINDOW, 2)
         backlog = stored.backlog.get(d)
         oldest = backlog.oldest if backlog is not None else None

@@ -22,11 +22,10 @@ from datetime import UTC, datetime, timedelta
 from aio_pika.abc import AbstractExchange, AbstractRobustChannel, AbstractRobustConnection
 
 from crawler.config import CrawlConfig, Recrawl
-from crawler.frontier.publisher import Outgoing, Publisher
-from crawler.frontier.recrawl import refresh_message
-from crawler.frontier.router import priority_for
+from crawler.frontier.exchanges import domain_queues
+from crawler.frontier.publisher import Publisher
+from crawler.frontier.recrawl import refresh_outgoing
 from crawler.frontier.sitemaps import find_task, new_round
-from crawler.frontier.urls import host_of
 from crawler.names import Names
 from crawler.scheduler.metrics import SchedulerMetrics
 from crawler.sink.schedule import Backlog, Due, Schedule
@@ -193,16 +192,16 @@ class Scheduler:
         rules = self._config().rules_for(domain)
         wanted = math.ceil(rules.rate * self._timing.ahead)
         # robust=False: a robust channel answers a repeated passive declare from its cache.
-        queue = await probe.declare_queue(self._names.domain_queue(domain), passive=True, robust=False)
-        return max(0, wanted - (queue.declaration_result.message_count or 0))
+        queued = 0
+        for spec in domain_queues(self._names, domain, self._config().frontier):
+            queue = await probe.declare_queue(spec.name, passive=True, robust=False)
+            queued += queue.declaration_result.message_count or 0
+        return max(0, wanted - queued)
 
     async def _publish(self, domain: str, due: Sequence[Due]) -> int:
         """Publish claimed pages; those not confirmed stay leased, and are published again after it."""
         rules = self._config().rules_for(domain)
-        outgoing = [
-            Outgoing(host_of(d.url), refresh_message(d).encode(), priority_for(d.url, d.depth, rules))
-            for d in due
-        ]
+        outgoing = [refresh_outgoing(d, rules) for d in due]
         outcomes = await self._publisher.publish(outgoing)
         failed = sum(1 for o in outcomes if o is not None)
         if failed:

@@ -115,7 +115,14 @@ class Consumer:
         self.tuning = tuning
         self._more = more  # burst mode: work still to come from outside the queues (a recrawl)
         self.subscriptions = Subscriptions(
-            names, connection, connect, self._on_message, self._prefetch, label=label, tuning=tuning
+            names,
+            parts.live.config.frontier,
+            connection,
+            connect,
+            self._on_message,
+            self._prefetch,
+            label=label,
+            tuning=tuning,
         )
         self.watcher = ConfigWatcher(config_path, self.apply, tuning.config_poll) if config_path else None
         self._pipeline: Pipeline | None = None  # made in run(): it needs the publishing channel

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
 
+from crawler.config import FrontierConfig
 from crawler.errors import CrawlerError
-from crawler.frontier.exchanges import domain_queue
+from crawler.frontier.exchanges import domain_queues
 from crawler.monitor import logs
 from crawler.names import Names
 from crawler.redact import redact
@@ -30,10 +31,20 @@ class _Subscription:
     domain: str
     connection: AbstractRobustConnection
     channel: AbstractChannel
-    queue: AbstractQueue
-    tag: str
+    queues: Sequence[tuple[AbstractQueue, str]]  # the domain's queues (a quorum frontier's two bands), tags
     callback: Callable[[AbstractIncomingMessage], Awaitable[None]]
-    held: bool = False  # its consumer is cancelled (the domain is paused); the channel stays open
+    held: bool = False  # its consumers are cancelled (the domain is paused); the channel stays open
+
+    async def cancel(self) -> None:
+        """Cancel its consumers; what they were delivered stays."""
+        for queue, tag in self.queues:
+            with contextlib.suppress(Exception):
+                await queue.cancel(tag)
+
+    async def consume(self) -> None:
+        """Start (or restart) its consumers."""
+        for queue, tag in self.queues:
+            await queue.consume(self.callback, consumer_tag=tag)
 
 
 class Subscriptions:
@@ -42,6 +53,7 @@ class Subscriptions:
     def __init__(
         self,
         names: Names,
+        frontier: FrontierConfig,
         connection: AbstractRobustConnection,
         connect: Callable[[], Awaitable[AbstractRobustConnection]] | None,
         handler: Handler,
@@ -51,6 +63,7 @@ class Subscriptions:
         tuning: Tuning,
     ) -> None:
         self._names = names
+        self._frontier = frontier
         # Domain channels beyond what `connection` takes go on connections `connect` opens (and
         # closes, when its caller is done): without it, that many domains are an error.
         self._connections = [connection]
@@ -109,8 +122,7 @@ class Subscriptions:
         for sub in self._subs:
             if sub.domain == domain and not sub.held:
                 sub.held = True
-                with contextlib.suppress(Exception):
-                    await sub.queue.cancel(sub.tag)
+                await sub.cancel()
 
     async def release(self, domain: str) -> None:
         """Take deliveries of a held domain's queue again (subscribe it, if it never was)."""
@@ -119,17 +131,13 @@ class Subscriptions:
             return
         for sub in self._subs:
             if sub.domain == domain and sub.held:
-                await sub.queue.consume(sub.callback, consumer_tag=sub.tag)
+                await sub.consume()
                 sub.held = False
 
     async def cancel(self) -> None:
         """Stop new deliveries; what is delivered stays until `close`."""
 
-        async def cancel(sub: _Subscription) -> None:
-            with contextlib.suppress(Exception):
-                await sub.queue.cancel(sub.tag)
-
-        await at_once(cancel, self._subs, self._tuning.at_once)
+        await at_once(_Subscription.cancel, self._subs, self._tuning.at_once)
 
     async def close(self) -> None:
         """Close every channel: anything delivered but not acked returns to its queue."""
@@ -146,18 +154,26 @@ class Subscriptions:
         # A channel per queue: prefetch is really per queue, and one queue's error stays there.
         channel = await connection.channel(publisher_confirms=False)
         await channel.set_qos(prefetch_count=self._prefetch_of(domain))
-        # Declared (not just looked up) so the robust channel re-declares it and restores the
-        # consumer after a reconnect.
-        spec = domain_queue(self._names, domain)
-        queue = await channel.declare_queue(spec.name, durable=True, arguments=dict(spec.arguments))
-        tag = f"{self._label} {domain}".replace(" ", ".")
+        # Declared as configured once (an error, if the broker's differs), then looked up by name,
+        # which is what the robust channel repeats after a reconnect: a queue `crawler frontier
+        # migrate` re-made as another type meanwhile is consumed on. Each consumer of the channel
+        # has the prefetch: a quorum frontier's first band adds its own (quorum queues refuse a
+        # prefetch shared by the channel).
+        queues = []
+        for band, spec in enumerate(domain_queues(self._names, domain, self._frontier)):
+            args = dict(spec.arguments)
+            await channel.declare_queue(spec.name, durable=True, arguments=args, robust=False)
+            queue = await channel.declare_queue(spec.name, passive=True)
+            tag = f"{self._label} {domain}" + (" first" if band else "")
+            queues.append((queue, tag.replace(" ", ".")))
 
         async def callback(message: AbstractIncomingMessage) -> None:
             await self._ready.wait()
             await self._handler(domain, message)
 
-        await queue.consume(callback, consumer_tag=tag)
-        self._subs.append(_Subscription(domain, connection, channel, queue, tag, callback))
+        sub = _Subscription(domain, connection, channel, queues, callback)
+        await sub.consume()
+        self._subs.append(sub)
 
     def _room(self, connection: AbstractRobustConnection) -> int:
         """How many more domain channels `connection` may carry."""

@@ -271,6 +271,7 @@ def test_the_rabbitmq_scaler_sums_exactly_the_domain_queues() -> None:
     names = Names()
     pattern = re.compile(meta["queueName"])
     assert pattern.match(names.domain_queue("shop.example"))
+    assert pattern.match(names.first_band("shop.example"))  # a quorum frontier's first band
     for other in (names.dead, names.unrouted, names.retry_queue(5), names.frontier):
         assert not pattern.match(other), other
 

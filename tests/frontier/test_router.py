@@ -56,7 +56,7 @@ async def test_route_canonicalises_scopes_dedups_and_publishes(
     assert bodies == ["http://shop.test/a", "http://www.shop.test/b"]
     assert {m.priority for m in shop} == {7}  # the domain's priority at depth 1
     assert {m.delivery_mode for m in shop} == {aio_pika.DeliveryMode.PERSISTENT}
-    assert {m.routing_key for m in shop} == {"shop.test", "www.shop.test"}
+    assert {m.routing_key for m in shop} == {"shop.test.^", "www.shop.test.^"}  # first band: 7 >= 6
     assert [json.loads(m.body)["depth"] for m in shop] == [1, 1]
 
     again = await router.route(["http://shop.test/a"], depth=1, claimant=b"p2")
@@ -123,6 +123,7 @@ async def test_publishes_the_broker_refuses_release_their_claims_and_raise(
         f"{prefix}.full", arguments={"x-max-length": 0, "x-overflow": "reject-publish"}
     )
     await full.bind(names.frontier, "#.shop.test")
+    await full.bind(names.frontier, "#.shop.test.^")  # shop.test's links are first-band (priority 7)
     links = ["http://books.test/ok", "http://shop.test/a", "http://shop.test/b"]
     with pytest.raises(PublishFailed, match="2 of 3 publishes were not confirmed"):
         await router.route(links, depth=1, claimant=b"p")
@@ -131,6 +132,7 @@ async def test_publishes_the_broker_refuses_release_their_claims_and_raise(
     assert await seen.claim([fingerprint(u) for u in links], b"q") == [False, True, True]
     await seen.release([fingerprint(u) for u in links[1:]])
     await full.unbind(names.frontier, "#.shop.test")
+    await full.unbind(names.frontier, "#.shop.test.^")
     routed = await router.route(links, depth=1, claimant=b"q")
     assert sorted(routed.published) == links[1:] and routed.seen == 1
 

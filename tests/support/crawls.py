@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 
 import aio_pika
@@ -53,6 +54,22 @@ def finish(*processes: subprocess.Popen[str], timeout: float = 90) -> list[str]:
         assert returncode == 0, err
         assert "Traceback" not in err, err
     return [err for _, err in errors]
+
+
+def stopped(workers: list[subprocess.Popen[str]], timeout: float = 60) -> list[tuple[int, str]]:
+    """Each long-running worker's exit code and stderr after SIGTERM (a graceful drain)."""
+    for w in workers:
+        if w.poll() is None:
+            w.send_signal(signal.SIGTERM)
+    out = []
+    for w in workers:
+        try:
+            _, err = w.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            w.kill()
+            _, err = w.communicate()
+        out.append((w.returncode, err))
+    return out
 
 
 async def seed(settings: Settings, *urls: str) -> None:

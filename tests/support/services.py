@@ -16,6 +16,7 @@ import httpx
 import redis
 
 from crawler.settings import Settings
+from tests.support.wait import until
 
 if TYPE_CHECKING:
     import aio_pika.abc
@@ -50,6 +51,19 @@ def queue_info(amqp_url: str, queue: str) -> dict[str, object]:
         resp.raise_for_status()
         info: dict[str, object] = resp.json()
         return info
+
+
+async def close_connection(amqp_url: str) -> None:
+    """Close, from the broker's side (the management API), the first connection of `amqp_url`'s vhost
+    once it is listed: what a lost connection looks like to its client."""
+    vhost = amqp_url.rsplit("/", 1)[1]
+    async with httpx.AsyncClient(base_url=MANAGEMENT, auth=AUTH, trust_env=False) as api:
+
+        async def listed() -> list[str]:
+            return [c["name"] for c in (await api.get(f"/api/vhosts/{vhost}/connections")).json()]
+
+        mine = await until(listed, what="the connection listed by the management API")
+        (await api.delete(f"/api/connections/{quote(mine[0], safe='')}")).raise_for_status()
 
 
 @contextmanager

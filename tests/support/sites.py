@@ -27,17 +27,22 @@ def reachable(sites: Iterable[Site]) -> set[str]:
     return {site.url(path) for site in sites for path in [*site.routes, "/missing"]}
 
 
-def write_config(path: Path, sites: Iterable[Site], **defaults: Any) -> Path:
-    """A domains.yaml crawling `sites` on loopback; `defaults` override the crawl defaults. These
-    sites publish no sitemaps, and the tests count their requests: none is looked for unless asked."""
+def write_config(
+    path: Path, sites: Iterable[Site], frontier: dict[str, Any] | None = None, **defaults: Any
+) -> Path:
+    """A domains.yaml crawling `sites` on loopback; `defaults` override the crawl defaults, `frontier`
+    is its frontier section. These sites publish no sitemaps, and the tests count their requests: none
+    is looked for unless asked."""
     sites = list(sites)
-    config = {
+    config: dict[str, Any] = {
         "defaults": {"retry_delays": [0.2, 0.4], "sitemaps": False, **defaults},
         "resolve": {s.host: s.ip for s in sites},
         "allow_private_networks": True,
         "max_retry_after": 5,
         "domains": {s.host: {"extract": {"title": "h1", "price": ".price"}} for s in sites},
     }
+    if frontier is not None:
+        config["frontier"] = frontier
     path.write_text(yaml.safe_dump(config))
     return path
 

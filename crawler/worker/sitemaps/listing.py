@@ -13,8 +13,8 @@ from crawler.config import Rules
 from crawler.errors import BadURL
 from crawler.frontier.crawls import CrawlOptions
 from crawler.frontier.message import CrawlMessage
-from crawler.frontier.publisher import Outgoing, Publisher
-from crawler.frontier.recrawl import refresh_message
+from crawler.frontier.publisher import Publisher
+from crawler.frontier.recrawl import refresh_outgoing
 from crawler.frontier.router import Routed, Router, priority_for
 from crawler.frontier.sitemaps import listed_by
 from crawler.frontier.urls import fingerprint, host_of
@@ -91,14 +91,8 @@ class Listing:
         )
         if not due:
             return 0
-        outgoing = [
-            Outgoing(
-                host_of(d.url),
-                refresh_message(d).encode(),
-                priority_for(d.url, d.depth, self._live.config.rules_for(d.domain)),
-            )
-            for d in due
-        ]
+        config = self._live.config
+        outgoing = [refresh_outgoing(d, config.rules_for(d.domain)) for d in due]
         outcomes = await self._refreshes.publish(outgoing)
         failed = sum(1 for o in outcomes if o is not None)
         if failed:
