@@ -2,11 +2,15 @@
 
 python -m bench.run [--pages N] [--only scrapy,scrapy-redis,crawler] [--sink sqlite,postgresql] [--profile]
 python -m bench.run --only crawler --archive-pairs N
+python -m bench.run --only crawler --frontier-pairs N
 
 With --archive-pairs, the crawler runs N pairs of times per sink instead of once, the WARC archive off
 then on (`archive: true` for every domain, CRAWLER_ARCHIVE_DIR in the run's directory), alternating,
 and the table compares them: pages/s, CPU per page, and archive bytes per page (the files' size over
-the pages stored).
+the pages stored). --frontier-pairs does the same with the frontier's queues classic then quorum
+(`frontier: {queue_type: quorum, replicas: 3}` in domains.yaml), comparing pages/s and the CPU per
+page of the crawler and of RabbitMQ. On a single RabbitMQ node a quorum queue has one member: its
+Raft log and fsyncs are measured, not its replication.
 """
 
 from __future__ import annotations
@@ -17,14 +21,16 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from bench import nginx, tools
+from bench.bands import broker_note
 from bench.procs import service_cpu
 from bench.profile import parse, summary
 from bench.site import DEFAULT_PAGES, SiteSpec, write
@@ -70,13 +76,7 @@ def table(results: Sequence[Result]) -> str:
                 _ratio(r, redis2),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = [
-        "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in rows
-    ]
+    lines = _aligned(rows, 1)
     for r in results:
         if r.pages < r.expected:
             lines.append(f"note: {r.tool} x{r.processes}: INCOMPLETE, {r.expected - r.pages} pages missing")
@@ -111,43 +111,67 @@ def _crawler(processes: int, sink: str, bench: Bench) -> Result:
 
 
 ARCHIVE_DIR = "CRAWLER_ARCHIVE_DIR"
+QUORUM = {"queue_type": "quorum", "replicas": 3}  # domains.yaml's `frontier` for --frontier-pairs
+Config = dict[str, object]
 
 
 @contextmanager
-def _archiving(directory: Path | None) -> Iterator[None]:
-    """For the block, the crawler's domains.yaml archives every domain and CRAWLER_ARCHIVE_DIR is
-    `directory` (None: as usual, nothing archived). bench.tools writes domains.yaml with its
-    crawler_config and gives the crawler this process's environment: both are swapped here."""
+def _configured(
+    change: Callable[[Config], Config] | None, env: Mapping[str, str] | None = None
+) -> Iterator[None]:
+    """For the block, the crawler's domains.yaml is changed by `change` and its environment has `env`
+    (None: as usual). bench.tools writes domains.yaml with its crawler_config and gives the crawler
+    this process's environment: both are swapped here."""
     plain = tools.crawler_config
-    before = os.environ.get(ARCHIVE_DIR)
-
-    def archived(spec: SiteSpec) -> dict[str, object]:
-        config = plain(spec)
-        defaults = config["defaults"]
-        assert isinstance(defaults, dict)
-        return {**config, "defaults": {**defaults, "archive": True}}
-
-    if directory is not None:
-        tools.crawler_config = archived
-        os.environ[ARCHIVE_DIR] = str(directory)
+    env = env or {}
+    before = {name: os.environ.get(name) for name in env}
+    if change is not None:
+        tools.crawler_config = lambda spec: change(plain(spec))
+        os.environ.update(env)
     try:
         yield
     finally:
         tools.crawler_config = plain
-        if before is None:
-            os.environ.pop(ARCHIVE_DIR, None)
-        else:
-            os.environ[ARCHIVE_DIR] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _archived(config: Config) -> Config:
+    defaults = config["defaults"]
+    assert isinstance(defaults, dict)
+    return {**config, "defaults": {**defaults, "archive": True}}
+
+
+def _archiving(directory: Path | None) -> AbstractContextManager[None]:
+    """For the block, the crawler's domains.yaml archives every domain and CRAWLER_ARCHIVE_DIR is
+    `directory` (None: as usual, nothing archived)."""
+    if directory is None:
+        return _configured(None)
+    return _configured(_archived, {ARCHIVE_DIR: str(directory)})
+
+
+def _quorum(config: Config) -> Config:
+    return {**config, "frontier": QUORUM}
 
 
 @dataclass(slots=True)
-class Archived:
-    """One crawler run of an --archive-pairs comparison."""
+class Paired:
+    """One crawler run of a comparison in pairs: the first of a pair as usual (`on` false), the
+    second with the change compared."""
 
     pair: int
     sink: str
     on: bool
     result: Result
+
+
+@dataclass(slots=True)
+class Archived(Paired):
+    """One crawler run of an --archive-pairs comparison."""
+
     archive_bytes: int = 0
     files: int = 0
 
@@ -156,9 +180,14 @@ class Archived:
         return self.archive_bytes / self.result.pages if self.on and self.result.pages else None
 
 
+P = TypeVar("P", bound=Paired)
+ARCHIVE_STATES = ("off", "on")
+FRONTIER_STATES = ("classic", "quorum")
+
+
 def _archived_run(processes: int, sink: str, pair: int, on: bool, bench: Bench) -> Archived:
     """One crawler run, archiving every domain or none, in a directory of its own under the bench's."""
-    bench.work = bench.work / f"archive-{sink}-{pair}-{'on' if on else 'off'}"
+    bench.work = bench.work / f"archive-{sink}-{pair}-{ARCHIVE_STATES[on]}"
     directory = bench.work / "archive"
     with _archiving(directory if on else None):
         result = run_crawler(bench, processes, sink)
@@ -167,40 +196,86 @@ def _archived_run(processes: int, sink: str, pair: int, on: bool, bench: Bench) 
     return Archived(pair, sink, on, result, sum(f.stat().st_size for f in files), len(files))
 
 
+def _frontier_run(processes: int, sink: str, pair: int, quorum: bool, bench: Bench) -> Paired:
+    """One crawler run on classic or quorum frontier queues, in a directory of its own."""
+    bench.work = bench.work / f"frontier-{sink}-{pair}-{FRONTIER_STATES[quorum]}"
+    with _configured(_quorum if quorum else None):
+        result = run_crawler(bench, processes, sink)
+    result.tool += " quorum" if quorum else ""
+    return Paired(pair, sink, quorum, result)
+
+
+def _pairs(
+    count: int,
+    processes: int,
+    sinks: Sequence[str],
+    what: str,
+    states: tuple[str, str],
+    run: Callable[[int, str, int, bool, Bench], P],
+    into: list[P],
+) -> list[tuple[str, Callable[[Bench], Result]]]:
+    """The runs of `count` pairs per sink, `states[0]` then `states[1]`, alternating; each run's
+    record goes to `into`."""
+    runs: list[tuple[str, Callable[[Bench], Result]]] = []
+    for pair in range(1, count + 1):
+        for sink in sinks:
+            for on in (False, True):
+
+                def one(b: Bench, sink: str = sink, pair: int = pair, on: bool = on) -> Result:
+                    into.append(run(processes, sink, pair, on, b))
+                    return into[-1].result
+
+                runs.append((f"crawler x{processes} ({sink}), {what} {states[on]}, pair {pair}", one))
+    return runs
+
+
+def _aligned(rows: Sequence[Sequence[str]], left: int) -> list[str]:
+    """Rows as lines of columns, the first `left` flush left, the others right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
+
+
+def _by_sink(runs: Sequence[P]) -> Iterator[tuple[str, dict[bool, list[P]]]]:
+    """Per sink with runs of both states: its runs without the change (False) and with it (True)."""
+    for sink in dict.fromkeys(run.sink for run in runs):
+        of = {on: [run for run in runs if run.sink == sink and run.on == on] for on in (False, True)}
+        if of[False] and of[True]:
+            yield sink, of
+
+
+def _mean(runs: Sequence[Paired], value: Callable[[Result], float | None]) -> float:
+    return statistics.mean(value(run.result) or 0.0 for run in runs)
+
+
 def archive_table(runs: Sequence[Archived]) -> str:
     """Each run of an --archive-pairs comparison, then per sink the means and what archiving costs."""
     head = ("pair", "sink", "archive", "pages", "pages/s", "tool ms/p", "all ms/p", "archive KB/p", "files")
     rows = [head]
     for run in runs:
         r = run.result
-        every = sum(r.cpu.values()) * 1000 / r.pages if r.pages else None
         per_page = run.bytes_per_page
         rows.append(
             (
                 str(run.pair),
                 run.sink,
-                "on" if run.on else "off",
+                ARCHIVE_STATES[run.on],
                 f"{r.pages}/{r.expected}",
                 f"{r.pages_per_s:.1f}",
                 _fmt(r.ms_per_page(TOOL), ".2f"),
-                _fmt(every, ".2f"),
+                _fmt(_all_ms(r), ".2f"),
                 _fmt(per_page / 1000 if per_page is not None else None, ".2f"),
                 str(run.files) if run.on else "-",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = [
-        "  ".join(
-            c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in rows
-    ]
-    for sink in dict.fromkeys(run.sink for run in runs):
-        of = {on: [run for run in runs if run.sink == sink and run.on == on] for on in (True, False)}
-        if not of[True] or not of[False]:
-            continue
-        cpu = {on: statistics.mean(r.result.ms_per_page(TOOL) or 0 for r in of[on]) for on in of}
-        rate = {on: statistics.mean(r.result.pages_per_s for r in of[on]) for on in of}
+    lines = _aligned(rows, 3)
+    for sink, of in _by_sink(runs):
+        cpu = {on: _mean(of[on], _tool_ms) for on in of}
+        rate = {on: _mean(of[on], _pages_per_s) for on in of}
         size = statistics.mean(r.bytes_per_page or 0 for r in of[True])
         lines.append(
             f"mean {sink}: tool CPU on {cpu[True]:.2f} ms/p, off {cpu[False]:.2f} ms/p: archiving costs "
@@ -209,6 +284,63 @@ def archive_table(runs: Sequence[Archived]) -> str:
             f"{size / 1000:.2f} KB of archive a page"
         )
     return "\n".join(lines)
+
+
+def _all_ms(r: Result) -> float | None:
+    return sum(r.cpu.values()) * 1000 / r.pages if r.pages else None
+
+
+def _tool_ms(r: Result) -> float | None:
+    return r.ms_per_page(TOOL)
+
+
+def _rabbitmq_ms(r: Result) -> float | None:
+    return r.ms_per_page("rabbitmq")
+
+
+def _pages_per_s(r: Result) -> float:
+    return r.pages_per_s
+
+
+FRONTIER_MEASURES: tuple[tuple[str, Callable[[Result], float | None], str], ...] = (
+    ("pages/s", _pages_per_s, ".1f"),
+    ("tool ms/p", _tool_ms, ".2f"),
+    ("rabbitmq ms/p", _rabbitmq_ms, ".2f"),
+    ("all ms/p", _all_ms, ".2f"),
+)
+
+
+def frontier_table(runs: Sequence[Paired], broker: str) -> str:
+    """Each run of a --frontier-pairs comparison, then per sink the means and quorum/classic ratios;
+    `broker` says what the quorum queues were replicated over."""
+    head = ("pair", "sink", "frontier", "pages", *(name for name, _, _ in FRONTIER_MEASURES))
+    rows = [head]
+    for run in runs:
+        r = run.result
+        rows.append(
+            (
+                str(run.pair),
+                run.sink,
+                FRONTIER_STATES[run.on],
+                f"{r.pages}/{r.expected}",
+                *(_fmt(value(r), spec) for _, value, spec in FRONTIER_MEASURES),
+            )
+        )
+    for sink, of in _by_sink(runs):
+        means = {on: [_mean(of[on], value) for _, value, _ in FRONTIER_MEASURES] for on in of}
+        for on in of:
+            rows.append(
+                (
+                    "mean",
+                    sink,
+                    FRONTIER_STATES[on],
+                    "",
+                    *(format(m, spec) for m, (_, _, spec) in zip(means[on], FRONTIER_MEASURES, strict=True)),
+                )
+            )
+        ratios = (f"x{q / c:.2f}" if c else "-" for q, c in zip(means[True], means[False], strict=True))
+        rows.append(("ratio", sink, "quorum/classic", "", *ratios))
+    return "\n".join([*_aligned(rows, 3), f"note: {broker}"])
 
 
 def _sinks(value: str) -> list[str]:
@@ -259,9 +391,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="the crawler N pairs of times per sink instead of once: the WARC archive off, then on "
         "(every domain), alternating, compared side by side",
     )
+    parser.add_argument(
+        "--frontier-pairs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the crawler N pairs of times per sink instead of once: the frontier's queues classic, "
+        "then quorum (3 replicas asked for), alternating, compared side by side",
+    )
     args = parser.parse_args(argv)
-    if args.archive_pairs < 0:
-        parser.error("--archive-pairs must be 0 or more")
+    if args.archive_pairs < 0 or args.frontier_pairs < 0:
+        parser.error("--archive-pairs and --frontier-pairs must be 0 or more")
+    if args.archive_pairs and args.frontier_pairs:
+        parser.error("--archive-pairs and --frontier-pairs go one at a time")
     # Stopped early, the bench still kills its tools and nginx (the finally blocks run on exit).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -277,17 +419,21 @@ def main(argv: Sequence[str] | None = None) -> None:
         runs.append(("scrapy-redis x1", lambda b: run_scrapy_redis(b, 1)))
         runs.append(("scrapy-redis x2", lambda b: run_scrapy_redis(b, 2)))
     archived: list[Archived] = []
+    frontiers: list[Paired] = []
     if "crawler" in args.only and args.archive_pairs:
-        for pair in range(1, args.archive_pairs + 1):
-            for sink in args.sink:
-                for on in (False, True):
-
-                    def one(b: Bench, sink: str = sink, pair: int = pair, on: bool = on) -> Result:
-                        archived.append(_archived_run(args.processes, sink, pair, on, b))
-                        return archived[-1].result
-
-                    state = "on" if on else "off"
-                    runs.append((f"crawler x{args.processes} ({sink}), archive {state}, pair {pair}", one))
+        runs += _pairs(
+            args.archive_pairs, args.processes, args.sink, "archive", ARCHIVE_STATES, _archived_run, archived
+        )
+    elif "crawler" in args.only and args.frontier_pairs:
+        runs += _pairs(
+            args.frontier_pairs,
+            args.processes,
+            args.sink,
+            "frontier",
+            FRONTIER_STATES,
+            _frontier_run,
+            frontiers,
+        )
     elif "crawler" in args.only:
         for sink in args.sink:
             runs.append((f"crawler x{args.processes} ({sink})", partial(_crawler, args.processes, sink)))
@@ -308,6 +454,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if archived:
         print()
         print(archive_table(archived))
+    if frontiers:
+        print()
+        print(frontier_table(frontiers, broker_note()))
     for result in results:
         for n, (main_cpu, others) in enumerate(result.threads):
             print(

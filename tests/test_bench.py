@@ -268,3 +268,14 @@ def test_the_sitemap_bench_builds_50000_realistic_urls() -> None:
     assert len(entries) == 1000 and reader.report.gzip and not reader.report.skipped
     assert 75 <= sum(len(e.loc) for e in entries) / len(entries) <= 90
     assert all(e.lastmod is not None for e in entries)
+
+
+async def test_the_bands_bench_finds_where_the_seeds_come_on_each_frontier() -> None:
+    from bench.bands import measure
+
+    classic = await measure("classic", 40, 5, 4, 1.0, 2_000.0)
+    assert classic.seeds == [1, 2, 3, 4, 5]  # ten priorities: the seeds before the whole backlog
+    assert [q.split(": ")[1] for q in classic.queues] == ["classic"]
+    quorum = await measure("quorum", 40, 5, 4, 1.0, 2_000.0, live_after=10)
+    assert len(quorum.seeds) == 5 and 1 <= quorum.seeds[0] <= quorum.seeds[-1] <= 45
+    assert [q.split(": ")[1].split(",")[0] for q in quorum.queues] == ["quorum", "quorum"]

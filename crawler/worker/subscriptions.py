@@ -22,6 +22,10 @@ from crawler.worker.tuning import Tuning
 
 log = logging.getLogger(__name__)
 
+# A resumed domain's held channel closes this long after: its deliveries' acks are long done by then
+# (a page's fetch is capped by its timeout, at most 600 s, and it was held before the resume).
+RETIRE_AFTER = 900.0
+
 Handler = Callable[[str, AbstractIncomingMessage], Awaitable[None]]
 """What handles one delivery of a domain's queue."""
 
@@ -73,6 +77,7 @@ class Subscriptions:
         self._label = label
         self._tuning = tuning
         self._subs: list[_Subscription] = []
+        self._retired: dict[asyncio.Future[None], AbstractChannel] = {}  # held channels closing later
         # Work waits until the first queues are all subscribed: their pages would otherwise hold up
         # the other subscriptions (each round trip waits its turn in a busy loop).
         self._ready = asyncio.Event()
@@ -129,10 +134,24 @@ class Subscriptions:
         if not self.subscribed(domain):
             await self.add([domain])
             return
-        for sub in self._subs:
-            if sub.domain == domain and sub.held:
-                await sub.consume()
-                sub.held = False
+        # On a channel of its own: the queue may have been made again as another type meanwhile
+        # (`crawler frontier migrate`), and RabbitMQ 3.10 fails a channel that consumes a queue of
+        # one type, then one of another under the same name. The held channel carries the acks of
+        # what it delivered until they are surely done, then closes.
+        for sub in [s for s in self._subs if s.domain == domain and s.held]:
+            self._subs.remove(sub)
+            await self._subscribe((domain, sub.connection), declare=False)
+            self._retire(sub.channel)
+
+    def _retire(self, channel: AbstractChannel) -> None:
+        async def later() -> None:
+            await asyncio.sleep(RETIRE_AFTER)
+            with contextlib.suppress(Exception):
+                await channel.close()
+
+        task = asyncio.ensure_future(later())
+        self._retired[task] = channel
+        task.add_done_callback(lambda t: self._retired.pop(t, None))
 
     async def cancel(self) -> None:
         """Stop new deliveries; what is delivered stays until `close`."""
@@ -148,21 +167,30 @@ class Subscriptions:
 
         await at_once(close, self._subs, self._tuning.at_once)
         self._subs.clear()
+        for task, channel in list(self._retired.items()):
+            task.cancel()
+            with contextlib.suppress(Exception):
+                await channel.close()
+        self._retired.clear()
 
-    async def _subscribe(self, where: tuple[str, AbstractRobustConnection]) -> None:
+    async def _subscribe(self, where: tuple[str, AbstractRobustConnection], declare: bool = True) -> None:
         domain, connection = where
         # A channel per queue: prefetch is really per queue, and one queue's error stays there.
         channel = await connection.channel(publisher_confirms=False)
         await channel.set_qos(prefetch_count=self._prefetch_of(domain))
-        # Declared as configured once (an error, if the broker's differs), then looked up by name,
-        # which is what the robust channel repeats after a reconnect: a queue `crawler frontier
-        # migrate` re-made as another type meanwhile is consumed on. Each consumer of the channel
+        # Declared as configured when first subscribed (an error, if the broker's differs), then
+        # looked up by name, as the robust channel does after a reconnect and a resume does: a
+        # queue `crawler frontier migrate` re-made as another type meanwhile is consumed on. Each
+        # consumer of the channel
         # has the prefetch: a quorum frontier's first band adds its own (quorum queues refuse a
         # prefetch shared by the channel).
+        # A quorum frontier's first band is consumed first: it is given its prefetch of seeds before
+        # the domain's queue fills the worker with links (bench.bands).
         queues = []
-        for band, spec in enumerate(domain_queues(self._names, domain, self._frontier)):
-            args = dict(spec.arguments)
-            await channel.declare_queue(spec.name, durable=True, arguments=args, robust=False)
+        for band, spec in reversed(list(enumerate(domain_queues(self._names, domain, self._frontier)))):
+            if declare:
+                args = dict(spec.arguments)
+                await channel.declare_queue(spec.name, durable=True, arguments=args, robust=False)
             queue = await channel.declare_queue(spec.name, passive=True)
             tag = f"{self._label} {domain}" + (" first" if band else "")
             queues.append((queue, tag.replace(" ", ".")))
