@@ -181,11 +181,9 @@ class Subscriptions:
         # Declared as configured when first subscribed (an error, if the broker's differs), then
         # looked up by name, as the robust channel does after a reconnect and a resume does: a
         # queue `crawler frontier migrate` re-made as another type meanwhile is consumed on. Each
-        # consumer of the channel
-        # has the prefetch: a quorum frontier's first band adds its own (quorum queues refuse a
-        # prefetch shared by the channel).
-        # A quorum frontier's first band is consumed first: it is given its prefetch of seeds before
-        # the domain's queue fills the worker with links (bench.bands).
+        # consumer of the channel has the prefetch: a quorum frontier's first band adds its own
+        # (quorum queues refuse a prefetch shared by the channel), and is subscribed first, so it
+        # gets its prefetch of seeds before the domain's queue fills the worker with links.
         queues = []
         for band, spec in reversed(list(enumerate(domain_queues(self._names, domain, self._frontier)))):
             if declare:
