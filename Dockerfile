@@ -41,7 +41,7 @@ EXPOSE 9410 8900 8000
 # the API's). A one-shot job (db upgrade, seed) turns it off: compose's `healthcheck: {disable: true}`.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD python -c "import os, urllib.request; urllib.request.urlopen(os.environ.get('CRAWLER_HEALTH_URL', 'http://127.0.0.1:9410/healthz'), timeout=4)"
-CMD ["crawler-consume", "--metrics-port", "9410", "--log-format", "json"]
+CMD ["crawler-consume", "--metrics-port", "9410", "--metrics-addr", "0.0.0.0", "--log-format", "json"]
 
 FROM base AS render
 USER root

@@ -61,7 +61,9 @@ async def _copy_chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
         await _copy(reader, writer, size + 2)  # the chunk and its CRLF
 
 
-async def _connect(host: str, port: int, source: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def connect_from(
+    host: str, port: int, source: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """A connection to host:port leaving from `source`, its port chosen at connect time: a port bound
     first would have to be free of every earlier connection's TIME_WAIT, and a busy exit runs out."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -92,7 +94,7 @@ async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sour
         sent = int(fields.get(b"content-length", b"0"))
         hostport, _, path = target.removeprefix("http://").partition("/")
         host, _, port = hostport.rpartition(":")
-        up_reader, up_writer = await _connect(host.strip("[]"), int(port), source)
+        up_reader, up_writer = await connect_from(host.strip("[]"), int(port), source)
         try:
             kept = [h for h in lines if not h.lower().startswith((b"proxy-", b"connection", b"keep-alive"))]
             up_writer.write(f"{method} /{path} {version}\r\n".encode("latin-1") + b"\r\n".join(kept))

@@ -47,7 +47,7 @@ from bench.tools import (
 GATEWAY_LISTEN = "127.0.0.50"
 PROXY_LISTEN = "127.0.0.51"
 EXIT_SOURCES = ("127.0.0.52", "127.0.0.53")
-KEY = "bench-gateway-key"
+KEY = "bench-gateway-key-0123456789"
 KEY_ENV = "BENCH_GATEWAY_KEY"
 GATEWAY = "gateway"
 PROXIES = "proxies"

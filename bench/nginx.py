@@ -61,18 +61,26 @@ def config(
     return frame(servers, state, connections=4096, open_files=8000, access_log=access_log)
 
 
-# One line per request: host, path, status and body bytes, enough to count what a crawl fetched twice.
-REQUEST_LOG = "log_format requests '$server_addr $request_uri $status $body_bytes_sent';"
+# One line per request: host, path, status, body bytes and when (Unix seconds, ms): enough to count
+# what a crawl fetched twice, and how fast it asked each host.
+REQUEST_LOG = "log_format requests '$server_addr $request_uri $status $body_bytes_sent $msec';"
 
 
 def frame(
-    servers: str, state: Path, *, connections: int, open_files: int, access_log: Path | None = None
+    servers: str,
+    state: Path,
+    *,
+    connections: int,
+    open_files: int,
+    access_log: Path | None = None,
+    log_format: str = REQUEST_LOG,
 ) -> str:
     """A whole nginx.conf around the `servers` blocks; every path under `state`; no access log unless
-    `access_log` (then in REQUEST_LOG's format)."""
+    `access_log` (then in `log_format`'s format, a `log_format NAME '...';` line)."""
     # As root, workers would switch to `nobody`, who may not read a private temp directory.
     user = "user root root;\n" if os.geteuid() == 0 else ""
-    requests = f"{REQUEST_LOG}\n    access_log {access_log} requests;" if access_log else "access_log off;"
+    named = log_format.split()[1]
+    requests = f"{log_format}\n    access_log {access_log} {named};" if access_log else "access_log off;"
     # The open-file cache keeps a descriptor per cached page: keep it well under the descriptor limit.
     return f"""{user}worker_processes 1;
 worker_rlimit_nofile 65536;

@@ -2,7 +2,8 @@
 
 A memory watermark or a restart is node-wide: on the shared node at :5672 it would hit everyone else's
 crawls and tests. This node has its own name, ports, data and logs (all under one directory), no
-plugins (so no management listener to clash with the shared node's :15672) and its own Erlang cookie.
+plugins unless asked for its management API (then on a port of its own, never the shared node's
+:15672) and its own Erlang cookie.
 """
 
 from __future__ import annotations
@@ -72,6 +73,14 @@ class Node:
     dist_port: int
     base: Path
     env: dict[str, str] = field(repr=False)
+    management_port: int | None = None  # its management API's, if it has one
+
+    @property
+    def management_url(self) -> str:
+        """Base URL of its management API (guest/guest)."""
+        if self.management_port is None:
+            raise NodeError(f"{self.name} was started without its management API")
+        return f"http://127.0.0.1:{self.management_port}"
 
     @property
     def amqp_url(self) -> str:
@@ -177,10 +186,17 @@ class Node:
             os.kill(pid, signal.SIGKILL)
 
 
-def node_env(name: str, port: int, dist_port: int, base: Path) -> dict[str, str]:
+def node_env(
+    name: str, port: int, dist_port: int, base: Path, management_port: int | None = None
+) -> dict[str, str]:
     """Environment for rabbitmq-server and rabbitmqctl of the node: every path under `base`."""
-    (base / "rabbitmq.conf").write_text("")
-    (base / "enabled_plugins").write_text("[].\n")
+    if management_port is None:
+        (base / "rabbitmq.conf").write_text("")
+        (base / "enabled_plugins").write_text("[].\n")
+    else:
+        conf = f"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {management_port}\n"
+        (base / "rabbitmq.conf").write_text(conf)
+        (base / "enabled_plugins").write_text("[rabbitmq_management].\n")
     (base / "rabbitmq-env.conf").write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RABBITMQ_", "ERL_"))}
     env.update(
@@ -205,12 +221,14 @@ def node_env(name: str, port: int, dist_port: int, base: Path) -> dict[str, str]
 
 
 @contextmanager
-def private_node(base: Path, label: str = "crawler") -> Iterator[Node]:
-    """Start a fresh node with its state under `base`; halt it when the block ends."""
+def private_node(base: Path, label: str = "crawler", management: bool = False) -> Iterator[Node]:
+    """Start a fresh node with its state under `base` (and its management API, if asked); halt it
+    when the block ends."""
     base.mkdir(parents=True, exist_ok=True)
     name = f"{label}-{uuid.uuid4().hex[:8]}@localhost"
     port, dist_port = _free_ports()
-    node = Node(name, port, dist_port, base, node_env(name, port, dist_port, base))
+    api = _free_ports()[0] if management else None
+    node = Node(name, port, dist_port, base, node_env(name, port, dist_port, base, api), api)
     started = subprocess.run(
         [_script("rabbitmq-server"), "-detached"],
         env=node.env,

@@ -35,7 +35,7 @@ from crawler.gateway.render.processes import tree_cpu, tree_rss
 SITE = "127.0.0.61"
 EXIT_LISTEN, EXIT_SOURCE = "127.0.0.62", "127.0.0.63"
 GATEWAY = "127.0.0.60"
-KEY = "bench-render-key"
+KEY = "bench-render-key-0123456789"
 REDIS_URL = os.environ.get("CRAWLER_REDIS_URL", "redis://127.0.0.1:6379/0")
 TARGET_PER_BROWSER = 5.0  # rendered pages/s per browser, heavy resources blocked
 FILLER = "<p>" + "lorem ipsum dolor sit amet " * 40 + "</p>"

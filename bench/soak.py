@@ -28,14 +28,15 @@ from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aio_pika
 import yaml
 
 from bench import nginx, services
+from bench.ledger import Ledger, take
 from bench.node import LIB, Node, private_node
 from bench.procs import Child, rss_mb
 from bench.site import SiteSpec, write
 from bench.tools import _script, crawler_config
+from crawler.config import load_config
 from crawler.names import Names
 from demo.site import free_port
 
@@ -115,7 +116,8 @@ class Outcome:
     failed_rows: int = 0  # rows with an error or a status other than 200
     requests: int = 0  # requests the site served
     refetches: int = 0  # requests beyond the first of each page
-    left_in_queues: int = 0  # messages still in the domain queues and the dead queue at the end
+    left_in_queues: int = 0  # discovered URLs in a queue at the end: domain, retry, dead, unrouted
+    ledger: Ledger = field(default_factory=Ledger)  # every URL the crawl discovered, accounted for
 
     @property
     def lost(self) -> int:
@@ -138,6 +140,7 @@ class Report:
     others: list[Series] = field(default_factory=list)  # RabbitMQ, nginx
     exits: dict[str, int | None] = field(default_factory=dict)  # consumer A and the last B: exit codes
     refetch_bound: int = 0  # what the kills and the restart may cost at most: their unacked deliveries
+    run_dir: Path | None = None  # its logs, site log, database and node: kept, whatever the outcome
     notes: list[str] = field(default_factory=list)
 
     def text(self) -> str:
@@ -149,6 +152,7 @@ class Report:
             f"restart ({self.restart_seconds:.0f} s down), crawl completed after {done}",
             f"pages: {o.expected} on the site, {o.stored} stored, lost {o.lost}, duplicate rows "
             f"{o.duplicate_rows}, failed rows {o.failed_rows}, left in queues {o.left_in_queues}",
+            o.ledger.text(),
             f"site requests: {o.requests}, refetches {o.refetches} (bound from in-flight deliveries: "
             f"{self.refetch_bound})",
             "process                 sampled      memory                                              "
@@ -158,6 +162,7 @@ class Report:
         lines += [s.line() for s in series]
         lines += [f"exit code of {name}: {code}" for name, code in self.exits.items()]
         lines += [f"note: {n}" for n in self.notes]
+        lines.append(f"run directory (kept): {self.run_dir}")
         return "\n".join(lines)
 
 
@@ -215,9 +220,10 @@ def _stored(db: Path) -> int:
     return int(row[0] or 0)
 
 
-def _outcome(spec: SiteSpec, db: Path, access_log: Path, left: int) -> Outcome:
+def _outcome(spec: SiteSpec, db: Path, access_log: Path, ledger: Ledger) -> Outcome:
     site = {spec.url(h, p) for h in spec.hosts for p in range(spec.pages)}
-    out = Outcome(spec.total, left_in_queues=left)
+    left = sum(ledger.queued.values()) + sum(ledger.dead.values())
+    out = Outcome(spec.total, left_in_queues=left, ledger=ledger)
     with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
         rows = conn.execute("SELECT url, status_code, error FROM pages").fetchall()
     out.rows = len(rows)
@@ -234,21 +240,10 @@ def _outcome(spec: SiteSpec, db: Path, access_log: Path, left: int) -> Outcome:
     return out
 
 
-async def _left(amqp_url: str, names: Names, hosts: Sequence[str]) -> int:
-    connection = await aio_pika.connect(amqp_url)
-    async with connection:
-        channel = await connection.channel()
-        total = 0
-        for queue in [*(names.domain_queue(h) for h in hosts), names.dead]:
-            declared = await channel.declare_queue(queue, passive=True)
-            total += declared.declaration_result.message_count or 0
-        return total
-
-
 def _consumer(name: str, env: dict[str, str], logs: Path, stack: ExitStack) -> Child:
     """Start a crawler-consume process, killed (if still running) and its log closed when `stack` ends."""
     log = stack.enter_context((logs / f"{name.replace(' ', '-')}.log").open("ab"))
-    child = Child.start(name, [*_script("crawler-consume")], env, log)
+    child = Child.start(name, [*_script("crawler-consume"), "--trace"], env, log)
     stack.callback(child.kill)
     return child
 
@@ -286,7 +281,7 @@ def run(options: Options) -> Report:
         f"{options.minutes:g} min, logs in {run_dir}",
         flush=True,
     )
-    report = Report(options.minutes)
+    report = Report(options.minutes, run_dir=run_dir)
     with ExitStack() as stack:
         if options.node is not None:
             if options.amqp_url is None:
@@ -385,8 +380,19 @@ def run(options: Options) -> Report:
         for series in (report.survivor, *report.killed):
             if len(series.points) < 2:
                 report.notes.append(f"{series.name}: too few samples for a slope")
-        left = asyncio.run(_left(broker.amqp_url, Names(prefix), spec.hosts))
-        report.outcome = _outcome(spec, db, access_log, left)
+        # Taken with every consumer stopped, before the prefix's Redis keys (the seen-set) are deleted.
+        ledger = asyncio.run(
+            take(
+                broker.amqp_url,
+                services.REDIS_URL,
+                Names(prefix),
+                f"sqlite:///{db}",
+                load_config(str(config)),
+                [spec.url(h, p) for h in spec.hosts for p in range(spec.pages)],
+                sorted(logs.glob("*.log")),
+            )
+        )
+        report.outcome = _outcome(spec, db, access_log, ledger)
         report.minutes = (time.monotonic() - started) / 60
         # Each kill may return one consumer's unacked deliveries, the restart both consumers'.
         in_flight = options.prefetch * options.hosts
@@ -420,7 +426,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     report = run(options)
     print()
     print(report.text(), flush=True)
-    bad = report.outcome.lost or report.outcome.duplicate_rows or report.completed_after is None
+    o = report.outcome
+    bad = o.lost or o.duplicate_rows or not o.ledger.ok or report.completed_after is None
     sys.exit(1 if bad else 0)
 
 

@@ -265,8 +265,8 @@ def _script(name: str) -> list[str]:
     script = Path(sys.executable).with_name(name)
     if script.exists():
         return [str(script)]
-    func = {"crawler": "main", "crawler-consume": "consume_main"}[name]
-    return _python("-c", f"import sys; from crawler.cli import {func}; sys.exit({func}(sys.argv[1:]))")
+    func = {"crawler": "crawler", "crawler-consume": "consume"}[name]
+    return _python("-c", f"import sys; from crawler.launch import {func}; sys.exit({func}())")
 
 
 def _db_progress(db: Path) -> Progress:

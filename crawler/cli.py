@@ -30,10 +30,12 @@ from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 from rich.console import Console
 
-from crawler import connections
+from crawler import connections, stopping
+from crawler.archive.source import ArchiveSource
 from crawler.config import CrawlConfig, load_config, with_dedup_mode
 from crawler.errors import ConfigError, CrawlerError
 from crawler.monitor import logs, readings
+from crawler.monitor.endpoint import METRICS_ADDR
 from crawler.monitor.metrics import AckAfter, DomainStats, Metrics
 from crawler.monitor.progress import PROGRESS_SAMPLE_EVERY, Progress
 from crawler.monitor.status import render, status, watch
@@ -49,10 +51,12 @@ from crawler.service.inputs import DEAD_LIMIT, DEAD_REASONS, CrawlRequest
 from crawler.service.migration import migrate_frontier
 from crawler.settings import Settings
 from crawler.sink.export import FORMATS, Query, export, parse_since
+from crawler.sink.export_object import export_to_object
 from crawler.sink.prune import Pruner
 from crawler.sink.reparsed import ReparseStore, Selection
 from crawler.sink.sitemaps import SitemapRead, SitemapStore
 from crawler.sink.sql import migrate
+from crawler.storage import is_object_url
 from crawler.worker import wiring
 from crawler.worker.alongside import background
 from crawler.worker.signals import EXIT_ABORTED
@@ -73,6 +77,12 @@ def _common(parser: argparse.ArgumentParser, crawls: bool = False) -> None:
     )
     verbose = "log every page's outcome, and connections" if crawls else "log what it connects to and does"
     parser.add_argument("-v", "--verbose", action="store_true", help=verbose)
+    if crawls:
+        parser.add_argument(
+            "--trace",
+            action="store_true",
+            help="log each URL's way: routed, delivered, acked, parked (a lot)",
+        )
     parser.add_argument(
         "--log-format", choices=logs.FORMATS, default="text", help="text, or json: one object per line"
     )
@@ -130,7 +140,9 @@ _prefetch = _count(1, MAX_PREFETCH)
 def _monitoring_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=_port, help="serve Prometheus metrics on this port")
     parser.add_argument(
-        "--metrics-addr", default="0.0.0.0", help="address to serve metrics on (default: all)"
+        "--metrics-addr",
+        default=METRICS_ADDR,
+        help=f"address to serve metrics on (default {METRICS_ADDR}: this machine only; 0.0.0.0 for all)",
     )
     # For tests: a short TTL lets a killed worker show as gone quickly.
     parser.add_argument("--heartbeat-ttl", type=_positive, default=HEARTBEAT_TTL, help=argparse.SUPPRESS)
@@ -186,6 +198,14 @@ def _ack_delays(metrics: Metrics) -> str:
         count, p99 = readings.ack_delay_quantile(metrics, 0.99, after)
         if p99 is not None:
             parts.append(f"{count} after {what}, p99 {1000 * p99:.1f} ms")
+    frames, multiple = readings.ack_frames(metrics)
+    if frames:
+        # Every delivery acked once done counts once among these (dead ones within failed).
+        done = sum(
+            s.ok + s.failed + s.retried + s.invalid + s.skipped for s in readings.summary(metrics).values()
+        )
+        per = f" ({frames / done:.3f} per delivery)" if done else ""
+        parts.append(f"{frames} ack frames{per}, {multiple} of them multiple")
     return f"acked: {'; '.join(parts) if parts else 'none'}"
 
 
@@ -303,10 +323,14 @@ def _confirmed(args: argparse.Namespace) -> bool:
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
-def _run(coro: Callable[[], Coroutine[Any, Any, int]]) -> int:
+def _run(coro: Callable[[], Coroutine[Any, Any, int]], *, drains: bool = False) -> int:
+    """Run a command; one that `drains` (consumes) stops cleanly on SIGTERM, at start-up too (exit 0)."""
     try:
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            return runner.run(coro())
+            if not drains:
+                return runner.run(coro())
+            done = stopping.run(runner, coro)
+            return EXIT_OK if done is None else done
     except CrawlerError as exc:
         print(f"crawler: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
@@ -398,7 +422,13 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument(
         "--changed-since", metavar="TIME", help="only pages with a version fetched after this time"
     )
-    p.add_argument("--out", type=Path, help="file to write (default: stdout; parquet needs a file)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--out", type=Path, help="file to write (default: stdout; parquet needs a file)")
+    where.add_argument(
+        "--to",
+        metavar="s3://BUCKET/KEY",
+        help="an object to write, as one multipart upload (none if cut short)",
+    )
     _common(p)
 
     p = sub.add_parser("history", help="page versions: delete those each domain's `history` no longer keeps")
@@ -458,7 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `crawler`."""
     args = build_parser().parse_args(argv)
-    logs.setup(args.verbose, args.log_format)
+    if args.command != "crawl":  # a one-shot command: SIGTERM ends it as it always did
+        stopping.let_go()
+    logs.setup(args.verbose, args.log_format, trace=getattr(args, "trace", False))
     # What argparse cannot see alone, checked before anything connects.
     if args.command == "status" and args.watch and args.json:
         return _usage(args, "--watch and --json do not go together")
@@ -550,7 +582,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("database schema is up to date")
         return EXIT_OK
 
-    return _run(run)
+    return _run(run, drains=args.command == "crawl")
 
 
 @asynccontextmanager
@@ -593,7 +625,9 @@ async def _reparse(settings: Settings, config: CrawlConfig, args: argparse.Names
     finishes its batch and exits 130 / 143, and the same command resumes; a second one exits now)."""
     domains = tuple(wiring.check_domains(config, args.reparse_domains)) if args.reparse_domains else ()
     selection = Selection(domains, parse_since(args.since) if args.since else None, args.crawl)
-    if not await asyncio.to_thread(os.path.isdir, settings.archive_dir):
+    source = ArchiveSource.of(settings)  # an archive in object storage: read there, or in the spool
+    local = not is_object_url(settings.archive_dir)
+    if local and not await asyncio.to_thread(os.path.isdir, settings.archive_dir):
         raise ConfigError(
             f"no archive directory {settings.archive_dir!r}: set CRAWLER_ARCHIVE_DIR to the workers' one"
         )
@@ -636,7 +670,7 @@ async def _reparse(settings: Settings, config: CrawlConfig, args: argparse.Names
                     links_into(f.connection, f.seen, f.redis, config, settings.names)
                 )
             workers = args.workers or os.cpu_count() or 1
-            reparser = Reparser(config, store, settings.archive_dir, selection, workers=workers, links=links)
+            reparser = Reparser(config, store, source, selection, workers=workers, links=links)
             done = await reparser.run(stop, report)
     finally:
         store.close()
@@ -666,14 +700,22 @@ def _export(args: argparse.Namespace) -> int:
         since = parse_since(args.since) if args.since else None
         changed = parse_since(args.changed_since, "--changed-since") if args.changed_since else None
         query = Query(args.domain, since, args.history, changed)
-        count = export(Settings.from_env().database_url, args.format, args.out, query)
+        settings = Settings.from_env()
+        if args.to:
+            count = export_to_object(settings, args.format, args.to, query)
+        else:
+            count = export(settings.database_url, args.format, args.out, query)
     except CrawlerError as exc:
         print(f"crawler: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         return closed_pipe()
-    if args.out is not None:
-        print(f"{count} {'versions' if args.history else 'pages'} written to {args.out}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("crawler export: interrupted; nothing was left under the key", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if args.out is not None or args.to:
+        what = "versions" if args.history else "pages"
+        print(f"{count} {what} written to {args.out or args.to}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -778,7 +820,7 @@ def build_consume_parser() -> argparse.ArgumentParser:
 def consume_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `crawler-consume`."""
     args = build_consume_parser().parse_args(argv)
-    logs.setup(args.verbose, args.log_format)
+    logs.setup(args.verbose, args.log_format, trace=args.trace)
 
     async def run() -> int:
         settings, config = _settings_and_config(args)
@@ -798,4 +840,4 @@ def consume_main(argv: Sequence[str] | None = None) -> int:
         log.info("stopped\n%s\n%s", summary, _ack_delays(monitoring.metrics))
         return EXIT_OK
 
-    return _run(run)
+    return _run(run, drains=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import ipaddress
 import re
@@ -26,6 +27,7 @@ from pydantic import (
 )
 
 from crawler.errors import ConfigError
+from crawler.openweb import describe
 
 Priority = Annotated[int, Field(ge=0, le=9)]
 
@@ -223,6 +225,7 @@ def parse_duration(value: Any) -> Any:
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0, le=366 * 86_400)]
+MAX_BACKOFF_RECOVERY = 3_600.0  # seconds: the longest a back-off may take to double back
 MIN_EVERY = 3_600.0  # recrawl.min when not given: an hour, or `every` if that is shorter
 MAX_EVERY = 30 * 86_400.0  # recrawl.max when not given: 30 days, or `every` if that is longer
 
@@ -317,7 +320,7 @@ class Rules(_Strict):
     max_redirects: int = Field(10, ge=0, le=50)
     max_links: int = Field(5_000, ge=0, le=1_000_000)
     retry_delays: tuple[Annotated[float, Field(gt=0, le=86_400)], ...] = Field((1.0, 5.0, 30.0), min_length=1)
-    backoff_recovery: float = Field(10.0, gt=0, le=3_600)
+    backoff_recovery: float = Field(10.0, gt=0, le=MAX_BACKOFF_RECOVERY)
     max_url_length: int = Field(2_048, ge=32, le=2_048)
     max_path_repeats: int = Field(2, ge=1, le=100)
     priorities: tuple[PriorityRule, ...] = ()
@@ -393,7 +396,7 @@ class DomainRules(_Strict):
     max_redirects: int | None = Field(None, ge=0, le=50)
     max_links: int | None = Field(None, ge=0, le=1_000_000)
     retry_delays: tuple[Annotated[float, Field(gt=0, le=86_400)], ...] | None = Field(None, min_length=1)
-    backoff_recovery: float | None = Field(None, gt=0, le=3_600)
+    backoff_recovery: float | None = Field(None, gt=0, le=MAX_BACKOFF_RECOVERY)
     max_url_length: int | None = Field(None, ge=32, le=2_048)
     max_path_repeats: int | None = Field(None, ge=1, le=100)
     priorities: tuple[PriorityRule, ...] | None = None
@@ -460,6 +463,52 @@ class FrontierConfig(_Strict):
     delivery_limit: int = Field(20, ge=2, le=1_000)
 
 
+# A page's versions (crawler/sink/versions.py): `reparse` is one `crawler reparse` made.
+VersionKind = Literal["new", "changed", "gone", "back", "reparse"]
+VERSION_KINDS: tuple[VersionKind, ...] = ("new", "changed", "gone", "back")  # a webhook's by default
+
+
+def _webhook_url(value: str) -> str:
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname or len(value) > 2_048:
+        raise ValueError(f"{value[:200]!r} is not an absolute http(s) URL of at most 2048 characters")
+    if parts.username or parts.password:
+        raise ValueError("put no credentials in a webhook's URL: the signature says who sent it")
+    return value.strip()
+
+
+class Webhook(_Strict):
+    """A receiver of the change feed (crawler/webhooks/): every version of `kinds` in `domains`
+    (none listed: every domain) POSTed as JSON, signed with `secret`, retried after `retry_delays`."""
+
+    url: Annotated[str, AfterValidator(_webhook_url)]
+    secret: str = Field(min_length=16, max_length=512, repr=False)
+    kinds: tuple[VersionKind, ...] = Field(VERSION_KINDS, min_length=1)
+    domains: tuple[str, ...] = ()
+    # None: the defaults' retry_delays. Then the version is a dead letter, replayed by `crawler dead`.
+    retry_delays: tuple[Annotated[float, Field(gt=0, le=86_400)], ...] | None = Field(None, min_length=1)
+    timeout: float = Field(10.0, gt=0, le=300)
+
+    @field_validator("domains")
+    @classmethod
+    def _domains(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_valid_domain(d) for d in value)
+
+    def wants(self, domain: str, kind: str) -> bool:
+        """True if this receiver takes versions of `kind` in `domain`."""
+        return kind in self.kinds and (not self.domains or domain in self.domains)
+
+    @cached_property
+    def key(self) -> str:
+        """Who this receiver is in messages: a digest of its URL, which may hold a token of its own."""
+        return hashlib.sha256(self.url.encode()).hexdigest()[:16]
+
+    @property
+    def host(self) -> str:
+        """Its host and port: how logs, dead letters and metrics name it."""
+        return urlsplit(self.url).netloc
+
+
 class CrawlConfig(_Strict):
     """The whole of domains.yaml."""
 
@@ -497,6 +546,8 @@ class CrawlConfig(_Strict):
     archive_max_bytes: int = Field(1_000_000_000, ge=1_000, le=100_000_000_000)
     archive_prefix: str = Field("crawler", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.]{0,39}$")
     domains: dict[str, DomainRules] = Field(default_factory=dict)
+    # Receivers of the change feed as signed HTTP POSTs (docs/outputs.md).
+    webhooks: tuple[Webhook, ...] = ()
 
     @field_validator("resolve")
     @classmethod
@@ -559,6 +610,34 @@ class CrawlConfig(_Strict):
                         "domain, so list only one of them"
                     )
         return self
+
+    @model_validator(mode="after")
+    def _webhooks_known(self) -> CrawlConfig:
+        seen: set[str] = set()
+        for i, hook in enumerate(self.webhooks):
+            if hook.url in seen:
+                raise ValueError(f"webhooks.{i}: {hook.url} is listed twice (a receiver is known by its URL)")
+            seen.add(hook.url)
+            unknown = [d for d in hook.domains if d not in self.domains]
+            if unknown:
+                raise ValueError(
+                    f"webhooks.{i}.domains: not configured under `domains:`: {', '.join(unknown)}"
+                )
+            self._webhook_address(i, hook)
+        return self
+
+    def _webhook_address(self, i: int, hook: Webhook) -> None:
+        # A literal address is judged now; a name, when each delivery resolves it.
+        try:
+            ip = ipaddress.ip_address((urlsplit(hook.url).hostname or "").strip("[]"))
+        except ValueError:
+            return
+        listed = any(ip in net for net in self.allow_networks)
+        if not (self.allow_private_networks or listed or ip.is_global):
+            raise ValueError(
+                f"webhooks.{i}.url: {ip} is not a public address; webhooks are sent only to public "
+                "addresses unless allow_private_networks is true or allow_networks lists it"
+            )
 
     @model_validator(mode="after")
     def _fetches_fit_the_delivery_timeout(self) -> CrawlConfig:
@@ -627,17 +706,14 @@ class CrawlConfig(_Strict):
         delays = {*self.defaults.retry_delays, self.max_retry_after}
         for rules in self.rules.values():
             delays.update(rules.retry_delays)
+        for hook in self.webhooks:
+            delays.update(hook.retry_delays or ())
         return tuple(sorted(delays))
 
 
 def _format_errors(path: str, exc: ValidationError) -> str:
     lines = [f"{path}: invalid configuration"]
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key (check its spelling against the table of keys in docs/configuration.md)"
-        lines.append(f"  {where}: {msg}")
+    lines += [f"  {describe(err)}" for err in exc.errors()]
     return "\n".join(lines)
 
 

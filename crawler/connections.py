@@ -12,11 +12,11 @@ import socket
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import Any, overload
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import aio_pika
-from aio_pika.abc import AbstractConnection, AbstractRobustConnection
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractRobustChannel, AbstractRobustConnection
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import MasterNotFoundError
@@ -155,6 +155,16 @@ async def broker(
         yield connection
     finally:
         await connection.close()
+
+
+@overload
+async def publishing_channel(connection: AbstractRobustConnection) -> AbstractRobustChannel: ...
+@overload
+async def publishing_channel(connection: AbstractConnection) -> AbstractChannel: ...
+async def publishing_channel(connection: AbstractConnection) -> AbstractChannel:
+    """A channel to publish on: each publish confirmed by the broker, and one it returns (mandatory, no
+    queue bound) raised as an error instead of counting as sent."""
+    return await connection.channel(publisher_confirms=True, on_return_raises=True)
 
 
 async def _first_reachable(urls: Sequence[str], role: str) -> FailoverConnection:

@@ -15,6 +15,10 @@ class BadURL(CrawlerError):
     """A URL cannot be crawled: unparsable, not http(s), or out of scope."""
 
 
+class BadHost(BadURL):
+    """A host name cannot be crawled: malformed, too long, a wildcard, or an IP literal not allowed."""
+
+
 class ServiceUnavailable(CrawlerError):
     """RabbitMQ, Redis or the database cannot be reached."""
 
@@ -81,6 +85,26 @@ class Refused(FetchError):
     transient = False
 
 
+class NoSuchHost(FetchError):
+    """The host's name does not exist (NXDOMAIN) or has no address: asking again will not help."""
+
+    transient = False
+
+
+class ResolveFailed(FetchError):
+    """The host's name could not be resolved now (a timeout, a failing name server): try again after
+    `retry_after` seconds."""
+
+    def __init__(self, message: str, *, retry_after: float = 0.0, url: str | None = None) -> None:
+        super().__init__(message, url=url)
+        self.retry_after = retry_after
+
+
+class HostParked(ResolveFailed):
+    """The host failed to resolve too many times in a row: nothing asks its name server again until
+    `retry_after` seconds have passed."""
+
+
 class FetchBackendError(FetchError):
     """The fetch service (our gateway or a paid API) failed, not the target: its own error."""
 
@@ -136,3 +160,29 @@ class HookFailed(CrawlerError):
 
 class DedupLost(CrawlerError):
     """Redis lost a crawl's dedup store and it could not be rebuilt from the sink (yet)."""
+
+
+class StorageError(CrawlerError):
+    """Object storage (S3 or an S3-compatible store) refused or failed a request, or cannot be reached."""
+
+
+class ContentRefused(CrawlerError):
+    """A body was not made into content; `reason` is the short code recorded with the page.
+
+    Reasons: crawler.content.refusal.Refusal. Raised in a pool's process and again in its caller.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[ContentRefused], tuple[str, str]]:
+        return type(self), (self.reason, str(self))
+
+
+class DocumentRefused(ContentRefused):
+    """A document was refused: encrypted, too many pages, a zip bomb, not what its type says, corrupt."""
+
+
+class WorkRefused(ContentRefused):
+    """The content pool gave a job up: past its time or memory limit, its process died, or it failed."""

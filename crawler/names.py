@@ -16,6 +16,10 @@ HEADER_CONSUMER = "crawler-consumer"
 HEADER_TIME = "crawler-time"
 HEADER_RETRY_TIER = "crawler-retry-tier"
 HEADER_CREDITS = "crawler-credits"  # credits the page's earlier attempts were charged
+HEADER_WEBHOOK = "crawler-webhook"  # the one receiver (its key) a webhook delivery's copy is for
+# The frontier routing key of webhook deliveries coming back from a retry tier or a replay: the
+# frontier binds it to the webhooks queue. No host is in upper case, nor has a `^`.
+WEBHOOK_KEY = "^WEBHOOKS"
 
 # Redis TTLs, in seconds.
 ROBOTS_TTL = 3600  # a robots.txt fetched (or answered 4xx) is trusted this long
@@ -27,6 +31,10 @@ REBUILD_LOCK_TTL = 30
 # A domain's rate bucket outlives its last use by at least this (more while it is paused or backed
 # off): a bucket asked within it and found missing was lost with Redis, not expired.
 BUCKET_KEPT = 60.0
+
+# DNS: one resolver of the fleet looks a host up while the others wait for its answer; it holds the
+# host's lookup at most its deadline plus this.
+DNS_LOCK_GRACE = 2.0
 
 # A classic queue's priority levels cost memory per level; 0..9 is what domains.yaml allows.
 MAX_PRIORITY = 9
@@ -50,6 +58,9 @@ GW_STRIKES_KEPT = 4
 GW_FAILS_TTL = 3600.0
 GW_DEATHS_TTL = 86400.0
 GW_DEAD_MOST = 3600.0
+# The logger of each URL's way through the fleet (routed, delivered, acked, parked, returned, dropped),
+# at DEBUG: off unless a worker runs with --trace (a soak's ledger reads it for a URL it cannot find).
+TRACE_LOGGER = "crawler.trace"
 # How often a consumer reads the paused domains: a pause or resume takes hold fleet-wide within it.
 PAUSE_POLL = 0.5
 # Seconds a stopping consumer waits for its publishing channel to close: RabbitMQ does not answer on
@@ -115,6 +126,11 @@ class Names:
         return f"{self.prefix}.changes"
 
     @property
+    def webhooks(self) -> str:
+        """Queue of the change feed's versions to POST to webhooks, and of their retries."""
+        return f"{self.prefix}.webhooks"
+
+    @property
     def retry(self) -> str:
         """Headers exchange routing a message to its delay tier."""
         return f"{self.prefix}.retry"
@@ -167,9 +183,48 @@ class Names:
         """Redis lock held by the one process rebuilding a lost dedup store from the sink."""
         return f"{self._seen}:rebuild-lock"
 
+    def near_bucket_key(self, blocks: int, table: int, value: int) -> str:
+        """Redis set of one bucket of the near-duplicate index: the simhashes whose block `table` (of
+        `blocks`) is `value`, each stored as its other bits. Fleet-wide: every crawl under the prefix."""
+        return f"{self.prefix}:near:{blocks}:{table}:{value:x}"
+
+    def near_pages_key(self, blocks: int) -> str:
+        """Redis hash of the near-duplicate index: simhash (decimal) -> the first page that had it."""
+        return f"{self.prefix}:near:{blocks}:pages"
+
     def bucket_key(self, domain: str) -> str:
         """Redis hash of a domain's token bucket and back-off state."""
         return f"{self.prefix}:rate:{domain}"
+
+    def ip_bucket_key(self, address: str) -> str:
+        """Redis hash of one IP address's token bucket: every host resolving to it shares it."""
+        return f"{self.prefix}:rate:ip:{address}"
+
+    def dns_key(self, host: str) -> str:
+        """Redis string of a host's DNS answer (its addresses, or why it has none) for its TTL, or of
+        its failures in a row and when it may be asked again."""
+        return f"{self.prefix}:dns:{host}"
+
+    def dns_lock_key(self, host: str) -> str:
+        """Redis lock held by the one resolver of the fleet looking a host up."""
+        return f"{self.prefix}:dns-lock:{host}"
+
+    @property
+    def dns_parked_key(self) -> str:
+        """Redis sorted set of hosts parked for failing to resolve (score: until when, ms)."""
+        return f"{self.prefix}:dns-parked"
+
+    @property
+    def hosts_key(self) -> str:
+        """Redis set of the hosts admitted to this crawl (for discover's max_hosts)."""
+        return f"{self.prefix}:hosts" if self.crawl is None else f"{self.prefix}:c:{self.crawl}:hosts"
+
+    @property
+    def registered_key(self) -> str:
+        """Redis hash of this crawl's hosts per registered domain (for the registered-domain cap)."""
+        if self.crawl is None:
+            return f"{self.prefix}:registered"
+        return f"{self.prefix}:c:{self.crawl}:registered"
 
     def pages_key(self, domain: str) -> str:
         """Redis counter of pages fetched from a domain in this crawl (for max_pages)."""
@@ -205,12 +260,25 @@ class Names:
         return f"{self.prefix}:gw:last:{exit_id}:{domain}"
 
     def gw_cool_key(self, exit_id: str, domain: str) -> str:
-        """Redis string whose TTL is an (exit, domain) pair's cooldown after a ban."""
+        """Redis string whose TTL is an (exit, domain) pair's cooldown for every key: set once bans
+        came from ban_quorum keys."""
         return f"{self.prefix}:gw:cool:{exit_id}:{domain}"
 
-    def gw_strikes_key(self, exit_id: str, domain: str) -> str:
-        """Redis counter of bans in a row of an (exit, domain) pair: the cooldown's exponent."""
-        return f"{self.prefix}:gw:strikes:{exit_id}:{domain}"
+    def gw_key_cool_key(self, key_id: str, exit_id: str, domain: str) -> str:
+        """Redis string whose TTL is an (exit, domain) pair's cooldown for the one key that met a ban."""
+        return f"{self.prefix}:gw:keycool:{key_id}:{exit_id}:{domain}"
+
+    def gw_strikes_key(self, key_id: str, exit_id: str, domain: str) -> str:
+        """Redis counter of a key's bans in a row through an (exit, domain) pair: the cooldown's exponent."""
+        return f"{self.prefix}:gw:strikes:{key_id}:{exit_id}:{domain}"
+
+    def gw_banners_key(self, exit_id: str, domain: str) -> str:
+        """Redis sorted set of the keys that met a ban through an (exit, domain) pair (score: when, ms)."""
+        return f"{self.prefix}:gw:banners:{exit_id}:{domain}"
+
+    def gw_failers_key(self, exit_id: str) -> str:
+        """Redis sorted set of the keys whose requests an exit failed (score: when, ms)."""
+        return f"{self.prefix}:gw:failers:{exit_id}"
 
     def gw_fails_key(self, exit_id: str) -> str:
         """Redis counter of an exit's proxy failures in a row, whatever the domain."""
@@ -224,12 +292,13 @@ class Names:
         """Redis counter of an exit's deaths in a row: how long it stays dead doubles with it."""
         return f"{self.prefix}:gw:deaths:{exit_id}"
 
-    def gw_sticky_key(self, session: str) -> str:
-        """Redis string: the exit a session id sticks to, for session_ttl."""
-        return f"{self.prefix}:gw:sticky:{session}"
+    def gw_sticky_key(self, key_id: str, session: str) -> str:
+        """Redis string: the exit an API key's session sticks to, for session_ttl."""
+        return f"{self.prefix}:gw:sticky:{key_id}:{session}"
 
     def gw_key_inflight_key(self, key_id: str) -> str:
-        """Redis sorted set of an API key's requests in flight, for its max_concurrency."""
+        """Redis sorted set of an API key's requests in flight (member: request id|price reserved,
+        score: expiry ms), for its max_concurrency and budget."""
         return f"{self.prefix}:gw:keyflight:{key_id}"
 
     def gw_credits_key(self, key_id: str) -> str:
@@ -247,6 +316,8 @@ class Names:
             f"{self.prefix}:rate:*",
             f"{self.prefix}:c:*",
             f"{self.prefix}:sitemap-round:*",
+            f"{self.prefix}:hosts",
+            f"{self.prefix}:registered",
         )
 
     def crawl_keys(self, crawl: str) -> str:
@@ -262,7 +333,8 @@ class Names:
         return f"{self.prefix}:c:{crawl}:total"
 
     def crawl_counts_key(self, crawl: str) -> str:
-        """Redis hash of one crawl's outcomes, field `domain kind` -> count."""
+        """Redis hash of one crawl's outcomes, field `domain kind` -> count; its data quality counts
+        are kinds too, each beginning `q:` (crawler/quality/coverage.py)."""
         return f"{self.prefix}:c:{crawl}:counts"
 
     def crawl_series_key(self, crawl: str) -> str:
@@ -279,6 +351,11 @@ class Names:
     def paused_key(self) -> str:
         """Redis set of paused domains: no consumer subscribes their queues while they are in it."""
         return f"{self.prefix}:paused"
+
+    @property
+    def paused_known_key(self) -> str:
+        """Redis string set once the paused set was read from the database: gone, Redis lost it."""
+        return f"{self.prefix}:paused:known"
 
     def worker_key(self, worker: str) -> str:
         """Redis string of one live worker's heartbeat; it expires when the worker stops beating."""

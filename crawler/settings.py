@@ -12,6 +12,7 @@ from urllib.parse import SplitResult, urlsplit
 from crawler import sentinel
 from crawler.errors import ConfigError
 from crawler.names import DEFAULT_PREFIX, Names
+from crawler.storage.location import ObjectUrl, is_object_url
 
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -27,6 +28,8 @@ ENV = {
     "fetch_api_url": "CRAWLER_FETCH_API_URL",
     "fetch_api_key": "CRAWLER_FETCH_API_KEY",
     "archive_dir": "CRAWLER_ARCHIVE_DIR",
+    "archive_spool": "CRAWLER_ARCHIVE_SPOOL",
+    "s3_endpoint_url": "CRAWLER_S3_ENDPOINT_URL",
 }
 
 
@@ -44,7 +47,11 @@ class Settings:
     dedup: str | None = None
     fetch_api_url: str | None = None  # the fetch service (`fetch: api`); never from domains.yaml
     fetch_api_key: str = field(default="", repr=False)  # a secret: kept out of reprs and logs
-    archive_dir: str = "archive"  # the WARC files of domains with `archive: true`; shared by a fleet
+    # The WARC files of domains with `archive: true`: a directory shared by a fleet, or s3://BUCKET/PREFIX
+    archive_dir: str = "archive"
+    # Where files are written before their upload, when archive_dir is in object storage
+    archive_spool: str = "archive-spool"
+    s3_endpoint_url: str | None = None  # any S3-compatible store; None: AWS (or AWS_ENDPOINT_URL_S3)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -76,6 +83,8 @@ class Settings:
             fetch_api_url=env.get(ENV["fetch_api_url"], "").strip() or None,
             fetch_api_key=env.get(ENV["fetch_api_key"], ""),
             archive_dir=env.get(ENV["archive_dir"], base.archive_dir),
+            archive_spool=env.get(ENV["archive_spool"], base.archive_spool),
+            s3_endpoint_url=env.get(ENV["s3_endpoint_url"], "").strip() or None,
         )
 
 
@@ -151,7 +160,19 @@ def _config(value: str) -> str | None:
 
 
 def _directory(value: str) -> str | None:
+    if is_object_url(value):
+        try:
+            ObjectUrl.parse(value)
+        except ConfigError as exc:
+            return str(exc).partition(": ")[2]
+        return None
     return None if value.strip() else "empty: give the directory the WARC files go to (default archive)"
+
+
+def _spool(value: str) -> str | None:
+    if is_object_url(value):
+        return "a local directory, where WARC files wait for their upload: not an object URL"
+    return None if value.strip() else "empty: give the directory WARC files wait in (default archive-spool)"
 
 
 _CHECKS: dict[str, Callable[[str], str | None]] = {
@@ -163,4 +184,6 @@ _CHECKS: dict[str, Callable[[str], str | None]] = {
     "management_url": _http,
     "fetch_api_url": _http,
     "archive_dir": _directory,
+    "archive_spool": _spool,
+    "s3_endpoint_url": _http,
 }

@@ -18,7 +18,14 @@ from crawler.fetch.fetcher import BoundedFetcher
 from tests.support import services, tripwire
 
 # Fixtures of tests/support modules, usable by every test.
-pytest_plugins = ["tests.support.redis_server", "tests.support.sentinel", "tests.support.rabbit_cluster"]
+pytest_plugins = [
+    "tests.support.redis_server",
+    "tests.support.postgres_server",
+    "tests.support.sentinel",
+    "tests.support.rabbit_cluster",
+    "tests.support.s3",
+    "tests.support.dnsmasq",
+]
 
 # Nothing a test does may connect outside loopback, even if the crawler's own guard fails.
 tripwire.install()

@@ -47,7 +47,7 @@ def programs(tmp_path: Path) -> dict[str, Program]:
         "gateway": Program(
             "crawler-gateway",
             ("--listen", f"127.0.0.1:{free_port('127.0.0.1')}", "--proxies", str(proxies)),
-            {"GW_TEST_KEY": "k"},
+            {"GW_TEST_KEY": "k-0123456789abcdef"},
         ),
     }
 
@@ -115,6 +115,9 @@ SETTINGS: list[tuple[str, str, tuple[str, ...], str]] = [
     ("CRAWLER_CONFIG", "/nonexistent/domains.yaml", ("seed", "consume", "api"), "cannot read the config"),
     ("CRAWLER_DEDUP", "cuckoo", ("seed", "consume", "api"), "CRAWLER_DEDUP"),
     ("CRAWLER_ARCHIVE_DIR", " ", ("seed", "consume"), "CRAWLER_ARCHIVE_DIR=' ': empty"),
+    ("CRAWLER_ARCHIVE_DIR", "s3://Crawl_Data/warc", ("consume",), "is not a bucket name"),
+    ("CRAWLER_ARCHIVE_SPOOL", "s3://crawl/spool", ("consume",), "a local directory"),
+    ("CRAWLER_S3_ENDPOINT_URL", "minio:9000", ("consume",), "not an HTTP URL"),
 ]
 
 # (program, its flags, what the one line must say).

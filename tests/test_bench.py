@@ -279,3 +279,15 @@ async def test_the_bands_bench_finds_where_the_seeds_come_on_each_frontier() -> 
     quorum = await measure("quorum", 40, 5, 4, 1.0, 2_000.0, live_after=10)
     assert len(quorum.seeds) == 5 and 1 <= quorum.seeds[0] <= quorum.seeds[-1] <= 45
     assert [q.split(": ")[1].split(",")[0] for q in quorum.queues] == ["quorum", "quorum"]
+
+
+@pytest.mark.timeout(120)
+def test_the_outputs_bench_uploads_and_delivers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.outputs import main
+
+    assert main(["upload", "--gb", "0.02", "--work", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "1 WARC files, 20 MB" in out and "1 objects, 20 MB in the store; 0 left in the spool" in out
+    assert main(["webhooks", "--versions", "40"]) == 0
+    out = capsys.readouterr().out
+    assert "500 one in ten" in out and "never fails" in out and "the deliveries/s of a receiver" in out

@@ -114,6 +114,17 @@ def test_every_program_is_in_the_reference() -> None:
     assert {name.split()[0] for name, _ in ALL} == set(PARSERS) == set(scripts)
 
 
+def test_the_readme_is_a_first_hour_with_two_set_up_commands() -> None:
+    # Depth belongs in docs/: the README stays short, and opens with exactly the demo and the tests.
+    text = README.read_text()
+    assert len(text.splitlines()) <= 300, "README.md is over 300 lines: move depth to docs/"
+    first = re.search(r"```sh\n(.*?)```", text, re.S)
+    assert first and [line.split("#")[0].strip() for line in first.group(1).splitlines()] == [
+        "bash scripts/demo",
+        "bash scripts/test",
+    ]
+
+
 def test_the_readmes_own_site_configuration_loads(tmp_path: Path) -> None:
     text = README.read_text()
     block = re.search(r"```yaml\n(# config/mysite.yaml\n.*?)```", text, re.S)
@@ -160,3 +171,21 @@ def test_every_relative_link_leads_somewhere(path: Path) -> None:
         elif anchor and (dest.suffix != ".md" or anchor not in anchors(dest)):
             broken.append(f"{target}: no such heading")
     assert not broken, f"{path.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def test_security_md_has_the_threat_model_and_says_what_is_code_and_how_chromium_runs() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "security.md").read_text()
+    threat = text.split("## Threat model", 1)[1].split("\n## ", 1)[0]
+    for holder in (
+        "a worker",
+        "`admin` token",
+        "`read` token",
+        "a gateway key",
+        "metrics_token_env",
+        "an exit",
+    ):
+        assert holder in threat, holder
+    assert "What crawler-gateway promises between keys" in threat
+    assert "**code-equivalent**" in text and "`parse:`" in text
+    assert "`--no-sandbox`" in text and "`render: {sandbox: true}`" in text
+    assert "CONNECT ADDRESS:PORT" in text and "nft add rule" in text  # pinning, and the egress rule

@@ -36,6 +36,15 @@ from tests.support.sites import reachable, shops, write_config
         ("host=db password='a b' user=u", "host=db password=*** user=u"),
         ("error at amqp://a:b@c/ and redis://:d@e/", "error at amqp://a:***@c/ and redis://:***@e/"),
         ("http://shop.test/a@b?x=1", "http://shop.test/a@b?x=1"),  # no password: left alone
+        # A paid API's key in a query string, a token, a credential header quoted in a text.
+        (
+            "url='http://api.test/v1/?api_key=SB-KEY-1&url=http%3A%2F%2Fa.test%2F'",
+            "url='http://api.test/v1/?api_key=***&url=http%3A%2F%2Fa.test%2F'",
+        ),
+        ("GET /?apikey=k1&x=1 and ?access_token=t2", "GET /?apikey=***&x=1 and ?access_token=***"),
+        ("{'X-API-Key': 'gw-key-123'}", "{'X-API-Key': '***'}"),
+        ("Proxy-Authorization: Basic dXNlcjpwYXNz", "Proxy-Authorization: Basic ***"),
+        ("Authorization: Bearer tok-123", "Authorization: Bearer ***"),
         ("http://shop.test:8080/path", "http://shop.test:8080/path"),
     ],
 )

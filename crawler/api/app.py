@@ -220,9 +220,10 @@ class DeadLetterOut(BaseModel):
 
 
 class DeadList(BaseModel):
-    """Dead letters, oldest first."""
+    """Dead letters, oldest first, one page; `next` is the `after` of the next page (null: no more)."""
 
     dead: list[DeadLetterOut]
+    next: int | None = None
 
 
 class DeadGroupOut(BaseModel):
@@ -571,6 +572,32 @@ async def get_page(url: PageUrl, request: Request) -> PageOut:
 
 
 @v1.get(
+    "/pages/{page}/archived",
+    dependencies=READ,
+    response_class=Response,
+    responses={200: {"content": {"application/octet-stream": {}}}, **_problem_responses(404)},
+)
+async def get_archived(page: PageId, request: Request) -> Response:
+    """The page's latest answer as the WARC archive holds it (in object storage: one ranged GET): its
+    payload, with the site's status, date and Content-Type in `Crawler-Archived-*` headers."""
+    found = await _control(request).page_archived(page)
+    headers = {
+        "Crawler-Archived-Status": str(found.status),
+        "Crawler-Archived-Date": found.date,
+        # As a header can carry it: a byte outside Latin-1 (a site's, kept as U+FFFD) becomes "?".
+        "Crawler-Archived-Content-Type": (found.content_type or "")
+        .encode("latin-1", "replace")
+        .decode("latin-1"),
+        # What a site sent is never run as this origin's page (the console's tokens live here).
+        "Content-Security-Policy": "sandbox; default-src 'none'",
+        "X-Content-Type-Options": "nosniff",
+        "Content-Disposition": "attachment",
+    }
+    body = found.rendered if found.rendered is not None else found.body
+    return Response(body, media_type="application/octet-stream", headers=headers)
+
+
+@v1.get(
     "/pages/{page}/versions", dependencies=READ, response_model=VersionList, responses=_problem_responses(404)
 )
 async def list_versions(
@@ -593,10 +620,12 @@ async def list_dead(
     domain: DomainFilter = None,
     reason: ReasonFilter = None,
     limit: Annotated[int, Query(ge=DEAD_LIMIT[0], le=DEAD_LIMIT[1])] = 100,
+    after: Annotated[int, Query(ge=0, description="where this page starts: the last page's `next`")] = 0,
 ) -> DeadList:
-    """Dead letters, oldest first; the queue is left as it was."""
-    letters = await _control(request).dead_letters(domain, reason, limit)
-    return DeadList(dead=[DeadLetterOut(**asdict(letter)) for letter in letters])
+    """Dead letters, oldest first, a page at a time (never the whole queue in one call); the queue is
+    left as it was."""
+    page = await _control(request).dead_page(domain, reason, limit, after)
+    return DeadList(dead=[DeadLetterOut(**asdict(letter)) for letter in page.letters], next=page.next)
 
 
 @v1.get("/dead/summary", dependencies=READ, response_model=DeadSummary)
@@ -790,6 +819,9 @@ class LimitBody:
 
 async def _refuse(send: Send) -> None:
     response = problem(413, "Content Too Large", f"request bodies are limited to {MAX_BODY_BYTES} bytes")
+    # Sent from outside the app's middleware: the headers every other answer gets, given here.
+    for name, value in console.SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
     await response({"type": "http"}, _nothing, send)
 
 

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import ipaddress
 import logging
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from dataclasses import replace
 
 import uvicorn
 
+from crawler import stopping
 from crawler.api.app import create_app
 from crawler.api.security import Token, load_tokens
 from crawler.config import CrawlConfig, load_config, with_dedup_mode
@@ -100,7 +102,9 @@ async def serve(
         # Only names and scopes are logged; uvicorn's access log has paths and statuses, no headers.
         who = ", ".join(f"{t.name} ({t.scope})" for t in tokens)
         log.info("crawler-api ready on %s with %d token(s): %s", where, len(tokens), who)
-        await server.serve(sockets=[sock])
+        # uvicorn takes SIGTERM itself while it serves, and raises it again once it has stopped.
+        with stopping.handled(lambda _: setattr(server, "should_exit", True), (signal.SIGINT,)):
+            await server.serve(sockets=[sock])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -121,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.warning("listening on %s: the API is reachable beyond this machine", host)
         where = f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
         with sock, asyncio.Runner(loop_factory=loop_factory()) as runner:
-            runner.run(serve(settings, config, tokens, sock, where))
+            stopping.run(runner, lambda: serve(settings, config, tokens, sock, where))
     except CrawlerError as exc:
         print(f"crawler-api: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USAGE

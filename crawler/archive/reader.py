@@ -19,10 +19,14 @@ from warcio.exceptions import ArchiveLoadFailed
 
 from crawler.archive.builder import RENAMED_PREFIX
 from crawler.archive.exchange import Archived
-from crawler.archive.writer import OPEN
+from crawler.archive.source import ArchiveSource
 from crawler.errors import ArchiveError
 
 log = logging.getLogger(__name__)
+# What a record's headers may add to its payload's limit (the body's max_body_bytes) when it is read.
+RECORD_HEADROOM = 64 * 1024
+# The limit of a record read without one: the most any domain's max_body_bytes allows.
+MOST_RECORD = 1_000_000_000 + RECORD_HEADROOM
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,28 +47,29 @@ class Stored:
         return next((value for name, value in self.headers if name.lower() == "content-type"), None)
 
 
-def read(directory: Path, archived: Archived) -> Stored:
-    """The answer whose records `archived` points at; ArchiveError if the file or record is not there."""
-    path = directory / archived.file
-    if not path.exists():
-        path = directory / (archived.file + OPEN)  # still being written, or its writer was killed
+def read(source: ArchiveSource | Path, archived: Archived, limit: int = MOST_RECORD) -> Stored:
+    """The answer whose records `archived` points at (in a directory, or where `source` finds them:
+    its spool, else object storage), each record's payload read up to `limit` bytes (inflated);
+    ArchiveError if the file or record is not there, or a payload is longer."""
+    if not isinstance(source, ArchiveSource):
+        source = ArchiveSource(source)
+    data = source.record(archived)
+    where = source.where(archived.file)
     try:
-        with path.open("rb") as file:
-            file.seek(archived.offset)
-            data = file.read(archived.length)
-    except OSError as exc:
-        raise ArchiveError(f"cannot read {path}: {exc}") from None
-    if len(data) < archived.length:
-        raise ArchiveError(
-            f"{path}: the record at {archived.offset} is cut ({len(data)} of {archived.length} bytes)"
-        )
-    try:
-        return _stored(ArchiveIterator(io.BytesIO(data)), path, archived)
+        return _stored(ArchiveIterator(io.BytesIO(data)), where, archived, limit)
     except (ArchiveLoadFailed, zlib.error, EOFError, ValueError) as exc:
-        raise ArchiveError(f"{path}: no readable record at {archived.offset}: {exc}") from None
+        raise ArchiveError(f"{where}: no readable record at {archived.offset}: {exc}") from None
 
 
-def _stored(records: ArchiveIterator, path: Path, archived: Archived) -> Stored:
+def _bounded(record: Any, path: str, archived: Archived, limit: int) -> bytes:
+    """A record's payload, inflated a piece at a time and never past `limit` (a gzip bomb stops there)."""
+    payload: bytes = record.content_stream().read(limit + 1)
+    if len(payload) > limit:
+        raise ArchiveError(f"{path}: the record at {archived.offset} inflates past {limit} bytes: not read")
+    return payload
+
+
+def _stored(records: ArchiveIterator, path: str, archived: Archived, limit: int) -> Stored:
     found: Stored | None = None
     for record in records:
         kind = record.rec_type
@@ -77,12 +82,11 @@ def _stored(records: ArchiveIterator, path: Path, archived: Archived) -> Stored:
                 record.rec_headers.get_header("WARC-Date"),
                 int(http.get_statuscode()),
                 _restored(http.headers),
-                record.content_stream().read(),
+                _bounded(record, path, archived, limit),
             )
         elif kind == "conversion" and found is not None:
-            found = Stored(
-                found.url, found.date, found.status, found.headers, found.body, record.content_stream().read()
-            )
+            dom = _bounded(record, path, archived, limit)
+            found = Stored(found.url, found.date, found.status, found.headers, found.body, dom)
     if found is None:
         raise ArchiveError(f"{path}: no response record at {archived.offset}")
     return found

@@ -14,7 +14,7 @@ import os
 import re
 import socket
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,8 +66,18 @@ def pack(exchange: Exchange) -> Packed:
 class _Files:
     """The current file and its rotation; used from the archive's one writer thread only."""
 
-    def __init__(self, directory: Path, max_bytes: int, prefix: str, info: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        max_bytes: int,
+        prefix: str,
+        info: Mapping[str, str],
+        published_as: str = "",
+        on_closed: Callable[[Path], None] | None = None,
+    ) -> None:
         self._directory = directory
+        self._published_as = published_as
+        self._on_closed = on_closed
         self._max_bytes = max_bytes
         self._prefix = prefix
         self._info = info
@@ -85,7 +95,9 @@ class _Files:
                 offset = self._size
                 file.write(data)
                 self._size += len(data)
-                out.append(Archived(self._name, offset, len(data), digest, date, revisit))
+                out.append(
+                    Archived(self._published_as + self._name, offset, len(data), digest, date, revisit)
+                )
             if self._file is not None:
                 self._file.flush()
                 os.fsync(self._file.fileno())
@@ -128,6 +140,8 @@ class _Files:
             self._file.close()
             self._file = None
             os.replace(self._directory / (self._name + OPEN), self._directory / self._name)
+            if self._on_closed is not None:
+                self._on_closed(self._directory / self._name)
 
 
 def _warcinfo(name: str, info: Mapping[str, str]) -> bytes:
@@ -139,7 +153,11 @@ def _warcinfo(name: str, info: Mapping[str, str]) -> bytes:
 
 
 class Archive:
-    """The archive directory as one process writes it; `async with` it, then `await write(...)`."""
+    """The archive directory as one process writes it; `async with` it, then `await write(...)`.
+
+    With `published_as` (an object storage prefix, `s3://bucket/prefix/`) rows name a file by where
+    it will be once uploaded, and each file closed is handed to `on_closed` (the uploader).
+    """
 
     def __init__(
         self,
@@ -148,9 +166,11 @@ class Archive:
         max_bytes: int,
         prefix: str,
         info: Mapping[str, str] | None = None,
+        published_as: str = "",
+        on_closed: Callable[[Path], None] | None = None,
     ) -> None:
         self.directory = Path(directory)
-        self._files = _Files(self.directory, max_bytes, prefix, dict(info or {}))
+        self._files = _Files(self.directory, max_bytes, prefix, dict(info or {}), published_as, on_closed)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="crawler-archive")
         self._pending: list[tuple[Packed, asyncio.Future[Archived]]] = []
         self._writing: asyncio.Task[None] | None = None
@@ -165,12 +185,14 @@ class Archive:
         except OSError as exc:
             raise ArchiveError(
                 f"cannot make the archive directory {self.directory}: {exc.strerror or exc}; "
-                "set CRAWLER_ARCHIVE_DIR to a writable directory"
+                "set CRAWLER_ARCHIVE_DIR (CRAWLER_ARCHIVE_SPOOL for an archive in object storage) "
+                "to a writable directory"
             ) from None
         if not os.access(self.directory, os.W_OK | os.X_OK):
             raise ArchiveError(
                 f"the archive directory {self.directory} is not writable by this user; "
-                "set CRAWLER_ARCHIVE_DIR to a writable directory"
+                "set CRAWLER_ARCHIVE_DIR (CRAWLER_ARCHIVE_SPOOL for an archive in object storage) "
+                "to a writable directory"
             )
 
     async def __aexit__(

@@ -497,12 +497,17 @@ class SeenStore:
             await pipe.execute()
         self._known = True
 
-    async def take(self, fp: bytes) -> bool:
+    async def take(self, fp: bytes, taker: bytes) -> bool:
         """Claim a page for fetching, once per crawl: False if another delivery of it took it first.
 
         Used only after a rebuild, when a URL queued before Redis was lost may have been queued again.
+        `taker` names this try: a command the client sends again after losing its answer (a worker
+        cut off mid-call) finds its own mark, not another's, and the page is not skipped by both.
         """
-        return bool(await self._redis.hsetnx(self._names.seen_taken_key, fp, b"1"))
+        key = self._names.seen_taken_key
+        if await self._redis.hsetnx(key, fp, taker):
+            return True
+        return bool(await self._redis.hget(key, fp) == taker)
 
     async def forgotten(self) -> None:
         """Mark the store as emptied on purpose (`crawler reset`): not lost, nothing to rebuild."""

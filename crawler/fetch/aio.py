@@ -17,6 +17,7 @@ import httpx
 from yarl import URL
 
 from crawler.config import CrawlConfig
+from crawler.dns import HostResolver
 from crawler.errors import BadResponse, ConnectFailed, FetchError, Refused
 from crawler.fetch.connect import AddressPolicy, GuardedBackend, GuardedResolver
 from crawler.fetch.fetcher import BoundedFetcher, Headers, Opened, request_headers
@@ -25,11 +26,18 @@ MAX_HEADER_BYTES = 65_536
 
 
 class AiohttpFetcher(BoundedFetcher):
-    """Fetches directly with one pooled aiohttp session per process; redirects as HttpFetcher."""
+    """Fetches directly with one pooled aiohttp session per process; redirects as HttpFetcher.
 
-    def __init__(self, config: CrawlConfig, *, max_connections: int = 100) -> None:
+    `resolver`: the fleet's DNS cache (else the system's resolver) for names not in `resolve`.
+    """
+
+    def __init__(
+        self, config: CrawlConfig, *, max_connections: int = 100, resolver: HostResolver | None = None
+    ) -> None:
         self._guard = GuardedBackend(
-            config.resolve, AddressPolicy(config.allow_private_networks, config.allow_networks)
+            config.resolve,
+            AddressPolicy(config.allow_private_networks, config.allow_networks),
+            resolver=resolver,
         )
         connector = aiohttp.TCPConnector(
             limit=max_connections,

@@ -48,6 +48,8 @@ ENV_KEY = "CRAWLER_FETCH_API_KEY"
 # the service's answer, so a target's timeout arrives as the target's, not as the service's silence.
 ANSWER_MARGIN = 2.0
 ENVELOPE_OVERHEAD = 256 * 1024  # JSON, headers and base64 on top of max_body_bytes
+# The largest body crawler-gateway puts in an envelope (or renders): it holds those whole.
+ENVELOPE_MOST_BODY = 10_000_000
 BUSY_FIRST = 0.25  # seconds of back-off after the service's first 429; doubling up to BUSY_MOST
 BUSY_MOST = 30.0
 # An outage fails every page in flight: say so once, then at most this often, not once a page.
@@ -144,7 +146,7 @@ class ApiFetcher:
             raise
         except (aiohttp.ClientError, OSError) as exc:
             raise self._trouble(
-                BackendUnavailable(f"cannot reach the fetch service ({type(exc).__name__}: {exc})", url=url)
+                BackendUnavailable(f"cannot reach the fetch service ({_why(exc)})", url=url)
             ) from None
         self._busy_strikes = 0
         if self._failing:
@@ -225,7 +227,7 @@ class ApiFetcher:
             "follow_redirects": "false",
             "html_only": _flag(html_only),
             "timeout": f"{rules.timeout:g}",
-            "max_body_bytes": str(rules.max_body_bytes),
+            "max_body_bytes": str(min(rules.max_body_bytes, ENVELOPE_MOST_BODY)),
         }
         if spec.country:
             params["country_code"] = spec.country.upper()
@@ -372,6 +374,16 @@ def _document(value: Any) -> bytes | None:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         raise BackendUnavailable("the fetch service's base64 document does not decode") from None
+
+
+def _why(exc: BaseException) -> str:
+    """What went wrong with the service, without the exception's own text: aiohttp's quotes the URL
+    asked, and ScrapingBee's URL carries the key (api_key=)."""
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return f"{type(exc).__name__}: {exc.status} {exc.message[:100]}"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"{type(exc).__name__}: {exc.host}:{exc.port} {exc.strerror or ''}".rstrip()
+    return type(exc).__name__
 
 
 def _number(value: Any) -> float:

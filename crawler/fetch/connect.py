@@ -11,6 +11,7 @@ import httpcore
 from aiohttp.abc import AbstractResolver, ResolveResult
 from httpcore import AnyIOBackend, AsyncNetworkBackend, AsyncNetworkStream
 
+from crawler.dns import HostResolver
 from crawler.errors import Refused
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -108,7 +109,8 @@ class GuardedBackend(AsyncNetworkBackend):
     """httpcore network backend that resolves hosts itself and refuses non-public addresses.
 
     The check runs on the address actually connected to, before connecting, so redirects, DNS
-    rebinding and the `resolve` map all pass through it.
+    rebinding and the `resolve` map all pass through it. Names go to `resolver` (the fleet's DNS
+    cache) if given, else to the system's resolver.
     """
 
     def __init__(
@@ -116,9 +118,11 @@ class GuardedBackend(AsyncNetworkBackend):
         resolve: Mapping[str, str],
         policy: AddressPolicy,
         inner: AsyncNetworkBackend | None = None,
+        resolver: HostResolver | None = None,
     ) -> None:
         self._resolve = {h.lower(): ipaddress.ip_address(ip) for h, ip in resolve.items()}
         self._policy = policy
+        self._resolver = resolver
         # httpcore's own default (AutoBackend) is private; on asyncio it picks AnyIOBackend anyway.
         self._inner = inner or AnyIOBackend()
 
@@ -144,6 +148,8 @@ class GuardedBackend(AsyncNetworkBackend):
             return [ipaddress.ip_address(host)]
         except ValueError:
             pass
+        if self._resolver is not None:  # NoSuchHost, ResolveFailed: a fetch error of their own
+            return list((await self._resolver.resolve(host)).addresses)
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except (socket.gaierror, UnicodeError) as exc:

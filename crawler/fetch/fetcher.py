@@ -17,6 +17,7 @@ import httpcore
 import httpx
 
 from crawler.config import CrawlConfig, Rules
+from crawler.dns import HostResolver
 from crawler.errors import (
     BadResponse,
     BadURL,
@@ -250,11 +251,13 @@ class BoundedFetcher:
 
 
 class HttpFetcher(BoundedFetcher):
-    """Fetches directly with one pooled httpx client per process."""
+    """Fetches directly with one pooled httpx client per process (`resolver`: as AiohttpFetcher's)."""
 
-    def __init__(self, config: CrawlConfig, *, max_connections: int = 100) -> None:
+    def __init__(
+        self, config: CrawlConfig, *, max_connections: int = 100, resolver: HostResolver | None = None
+    ) -> None:
         policy = AddressPolicy(config.allow_private_networks, config.allow_networks)
-        backend = GuardedBackend(config.resolve, policy)
+        backend = GuardedBackend(config.resolve, policy, resolver=resolver)
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=32)
         self._client = httpx.AsyncClient(
             transport=_GuardedTransport(backend, limits),

@@ -22,80 +22,144 @@ MIN_FACTOR = 1 / 64
 SPACING = 1.0  # seconds: a domain's rate is halved at most this often
 
 # Bucket hash fields: tokens, ts (last refill), factor (back-off, 1 = full rate), hit (when factor was
-# last lowered), paused (no token before this time). ARGV: rate, burst, recovery, HORIZON, BUCKET_KEPT,
-# and '1' if the caller asked this bucket within BUCKET_KEPT (so a missing one was lost, not expired).
-_STATE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local s = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'factor', 'hit', 'paused')
-local base, burst, recovery = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local horizon, kept = tonumber(ARGV[4]), tonumber(ARGV[5]) * 1000
-local factor = tonumber(s[3]) or 1
-local hit = tonumber(s[4]) or now
-local paused = tonumber(s[5]) or 0
-if factor < 1 then
-  -- back-off recovers step by step: the factor doubles every `recovery` seconds since the last hit
-  local steps = math.floor((now - hit) / recovery)
-  if steps > 0 then
-    factor = math.min(1, factor * 2 ^ steps)
-    hit = hit + steps * recovery
+# last lowered), paused (no token before this time). A bucket's nine ARGV, from offset `a`: rate, burst,
+# recovery, HORIZON, BUCKET_KEPT, '1' if the caller asked this bucket within BUCKET_KEPT (so a missing
+# one was lost, not expired), then its back-off as kept outside Redis (factor, hit, paused; '' if none):
+# a bucket is never less cautious than that, so one Redis lost (or flushed) keeps its back-off and pause.
+_BUCKET = """
+local function bucket(key, a)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  local s = redis.call('HMGET', key, 'tokens', 'ts', 'factor', 'hit', 'paused')
+  local b = {key = key, now = now, base = tonumber(ARGV[a + 1]), burst = tonumber(ARGV[a + 2])}
+  b.recovery, b.horizon, b.kept = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5]) * 1000
+  b.factor, b.hit, b.paused = tonumber(s[3]) or 1, tonumber(s[4]) or now, tonumber(s[5]) or 0
+  if b.factor < 1 then
+    -- back-off recovers step by step: the factor doubles every `recovery` seconds since the last hit
+    local steps = math.floor((now - b.hit) / b.recovery)
+    if steps > 0 then
+      b.factor = math.min(1, b.factor * 2 ^ steps)
+      b.hit = b.hit + steps * b.recovery
+    end
   end
+  if ARGV[a + 7] ~= '' then
+    local known, known_hit = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+    local known_steps = math.floor((now - known_hit) / b.recovery)
+    if known_steps > 0 then
+      known = math.min(1, known * 2 ^ known_steps)
+      known_hit = known_hit + known_steps * b.recovery
+    end
+    if known < b.factor then b.factor, b.hit = known, known_hit end
+    b.paused = math.max(b.paused, tonumber(ARGV[a + 9]))
+  end
+  b.rate = b.base * b.factor
+  local tokens = tonumber(s[1])
+  if tokens == nil then
+    -- A lost bucket's takers may still be sleeping on tokens reserved up to `horizon` ahead: it starts
+    -- as if all were taken, so its first grant is due once theirs are. A new (or expired) one is full.
+    if ARGV[a + 6] == '1' then tokens = 1 - b.rate * b.horizon else tokens = b.burst end
+  end
+  local ts = tonumber(s[2]) or now
+  b.tokens = math.min(b.burst, tokens + math.max(0, now - ts) * b.rate)
+  return b
 end
-local rate = base * factor
-local tokens = tonumber(s[1])
-if tokens == nil then
-  -- A lost bucket's takers may still be sleeping on tokens reserved up to `horizon` ahead: it starts
-  -- as if all were taken, so its first grant is due once theirs are. A new (or expired) one is full.
-  if ARGV[6] == '1' then tokens = 1 - rate * horizon else tokens = burst end
+-- seconds until `b` may grant a token (reserving up to its horizon ahead), or -1 if it may now
+local function blocked(b)
+  if b.paused > b.now then return b.paused - b.now end
+  if b.tokens >= 1 - b.rate * b.horizon then return -1 end
+  return ((1 - b.rate * b.horizon) - b.tokens) / b.rate
 end
-local ts = tonumber(s[2]) or now
-tokens = math.min(burst, tokens + math.max(0, now - ts) * rate)
+-- takes a token `blocked` allowed; returns the seconds until it is due
+local function take(b)
+  b.tokens = b.tokens - 1
+  if b.tokens < 0 then return -b.tokens / b.rate end
+  return 0
+end
+local function save(b, held)
+  redis.call('HSET', b.key, 'tokens', b.tokens, 'ts', b.now, 'factor', b.factor, 'hit', b.hit,
+    'paused', b.paused)
+  redis.call('PEXPIRE', b.key, math.ceil((b.burst / b.rate + b.recovery * 8 + held) * 1000 + b.kept))
+end
 """
 
-# KEYS[1] the bucket; ARGV as _STATE's. Returns {grant, wait}. Public: a page's admission
+# KEYS[1] the bucket; ARGV[1..9] its nine. Returns {grant, wait}. Public: a page's admission
 # (crawler/worker/admission.py) runs it after its own checks, in the same round trip.
 TAKE = (
-    _STATE
+    _BUCKET
     + """
-local grant, wait = 0, 0
-if paused > now then
-  wait = paused - now
-elseif tokens >= 1 - rate * horizon then
-  tokens = tokens - 1
-  grant = 1
-  if tokens < 0 then wait = -tokens / rate end
-else
-  wait = ((1 - rate * horizon) - tokens) / rate
+local b = bucket(KEYS[1], 0)
+local grant, wait = 0, blocked(b)
+if wait < 0 then
+  grant, wait = 1, take(b)
 end
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now, 'factor', factor, 'hit', hit, 'paused', paused)
-redis.call('PEXPIRE', KEYS[1], math.ceil((burst / rate + recovery * 8 + wait) * 1000 + kept))
+save(b, wait)
 return {grant, tostring(wait)}
 """
 )
-TAKE_ARGS = 6  # ARGV entries TAKE reads; a script that runs it inline puts its own after them
+TAKE_ARGS = 9  # ARGV entries TAKE reads; a script that runs it inline puts its own after them
 
-# ARGV as _STATE's, then the pause, MIN_FACTOR and SPACING.
-_SLOW_DOWN = (
-    _STATE
+# A host's token and its IP address's together, or neither: KEYS[1] the host's bucket with ARGV[1..9],
+# and the address's bucket last of the keys (KEYS[#KEYS]) with the last nine ARGV, so a script that
+# runs it inline may put its own keys and arguments between. Returns {grant, wait} as TAKE does.
+TAKE_PAIR = (
+    _BUCKET
     + """
-local pause = tonumber(ARGV[7])
--- answers already on their way when the first push-back came in do not count again
-if factor >= 1 or now - hit >= tonumber(ARGV[9]) then
-  factor = math.max(tonumber(ARGV[8]), factor / 2)
-  hit = now
+local host = bucket(KEYS[1], 0)
+local ip = bucket(KEYS[#KEYS], #ARGV - 9)
+local grant, wait = 0, math.max(blocked(host), blocked(ip))
+if blocked(host) < 0 and blocked(ip) < 0 then
+  local due_host, due_ip = take(host), take(ip)
+  grant, wait = 1, math.max(due_host, due_ip)
+  -- the request goes when both tokens are due: the bucket whose token was due first counts it then,
+  -- so its next token is not due a whole interval after a request that had not gone yet
+  host.tokens = host.tokens - (wait - due_host) * host.rate
+  ip.tokens = ip.tokens - (wait - due_ip) * ip.rate
 end
-if pause > 0 then paused = math.max(paused, now + pause) end
-redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', now, 'factor', factor, 'hit', hit, 'paused', paused)
-redis.call('PEXPIRE', KEYS[1], math.ceil((burst / rate + recovery * 8 + pause) * 1000 + kept))
-return tostring(factor)
+save(host, wait)
+save(ip, wait)
+return {grant, tostring(wait)}
 """
 )
 
-# ARGV as _STATE's. Writes nothing: the factor after recovery, and the seconds the domain is held.
-_PEEK = (
-    _STATE
+# KEYS[1] the bucket; ARGV[1..9] its nine, then the pause, MIN_FACTOR and SPACING. Returns the back-off
+# now: factor, hit, paused.
+_SLOW_DOWN = (
+    _BUCKET
     + """
-return {tostring(factor), tostring(math.max(0, paused - now))}
+local b = bucket(KEYS[1], 0)
+local pause = tonumber(ARGV[10])
+-- answers already on their way when the first push-back came in do not count again
+if b.factor >= 1 or b.now - b.hit >= tonumber(ARGV[12]) then
+  b.factor = math.max(tonumber(ARGV[11]), b.factor / 2)
+  b.hit = b.now
+end
+if pause > 0 then b.paused = math.max(b.paused, b.now + pause) end
+save(b, pause)
+return {tostring(b.factor), tostring(b.hit), tostring(b.paused)}
+"""
+)
+
+# Each key is a bucket, its nine ARGV in key order; the last ARGV the seconds the request went after
+# its token was due. Each bucket counts it then: its tokens are what they would have been.
+_LATE = (
+    _BUCKET
+    + """
+local late = tonumber(ARGV[#ARGV])
+for k = 1, #KEYS do
+  local b = bucket(KEYS[k], (k - 1) * 9)
+  b.tokens = b.tokens - late * b.rate
+  save(b, late)
+end
+return 1
+"""
+)
+
+# As _SLOW_DOWN's first nine. Writes nothing: the factor after recovery, and the seconds it is held.
+_PEEK = (
+    _BUCKET
+    + """
+local b = bucket(KEYS[1], 0)
+return {tostring(b.factor), tostring(math.max(0, b.paused - b.now))}
 """
 )
 
@@ -122,44 +186,83 @@ class Backoff:
     held: float = 0.0
 
 
-class RateLimiter:
-    """Token buckets shared by the fleet, one per domain."""
+Kept = tuple[float, float, float]
+"""A domain's back-off as its bucket last had it: factor, when it was lowered, no token before (Unix
+seconds of the Redis server's clock; 0: not held). What the fleet keeps of it outside Redis."""
 
-    def __init__(self, redis: Redis, names: Names, clock: Callable[[], float] = time.monotonic) -> None:
+
+class RateLimiter:
+    """Token buckets shared by the fleet: one per domain (or host), and one per IP address."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        names: Names,
+        clock: Callable[[], float] = time.monotonic,
+        kept: Callable[[str], Kept | None] = lambda domain: None,
+    ) -> None:
+        """`kept` gives a domain's back-off as kept outside Redis (none: no bucket is restored)."""
         self._names = names
+        self._kept = kept
         self._take = redis.register_script(TAKE)
+        self._take_pair = redis.register_script(TAKE_PAIR)
         self._slow_down = redis.register_script(_SLOW_DOWN)
+        self._late = redis.register_script(_LATE)
         self._peek = redis.register_script(_PEEK)
         self._redis = redis
         self._clock = clock
-        self._asked: dict[str, float] = {}  # domain -> when this process last asked its bucket
+        self._asked: dict[str, float] = {}  # bucket key -> when this process last asked it
 
-    def _args(self, domain: str, budget: Budget) -> list[float | str]:
+    def _args(self, key: str, budget: Budget, domain: str | None = None) -> list[float | str]:
+        """A bucket's nine arguments; a domain's carry its back-off kept outside Redis."""
         now = self._clock()
-        asked = self._asked.get(domain)
-        self._asked[domain] = now
+        asked = self._asked.get(key)
+        self._asked[key] = now
         # Asked since it would have expired: a missing bucket was lost (a flush, a restart) with
         # reservations outstanding. Wrong only on the safe side (a held admission asks no bucket).
         lost = "1" if asked is not None and now - asked < BUCKET_KEPT else "0"
-        return [budget.rate, budget.burst, budget.recovery, HORIZON, BUCKET_KEPT, lost]
+        kept = None if domain is None else self._kept(domain)
+        known: list[float | str] = ["", "", ""] if kept is None else list(kept)
+        return [budget.rate, budget.burst, budget.recovery, HORIZON, BUCKET_KEPT, lost, *known]
 
     def take_args(self, domain: str, budget: Budget) -> tuple[list[str], list[float | str]]:
         """The keys and arguments of one TAKE for `domain`, for a script that runs it inline."""
-        return [self._names.bucket_key(domain)], self._args(domain, budget)
+        key = self._names.bucket_key(domain)
+        return [key], self._args(key, budget, domain)
 
-    async def acquire(self, domain: str, budget: Callable[[], Budget], taken: Taken | None = None) -> float:
+    def take_pair_args(
+        self, domain: str, budget: Budget, address: str, per_ip: Budget
+    ) -> tuple[list[str], list[float | str]]:
+        """The keys and arguments of one TAKE_PAIR for `domain` on `address`: the host's first, the
+        address's last (a script running it inline puts its own between)."""
+        host = self._names.bucket_key(domain)
+        ip = self._names.ip_bucket_key(address)
+        return [host, ip], [*self._args(host, budget, domain), *self._args(ip, per_ip)]
+
+    async def acquire(
+        self,
+        domain: str,
+        budget: Callable[[], Budget],
+        taken: Taken | None = None,
+        ip: tuple[str, Budget] | None = None,
+    ) -> float:
         """Wait until this worker may send one request to `domain`; return the seconds waited.
 
         `budget` is asked again each time round, so an edited rate reaches requests already waiting.
         `taken` is the answer of a TAKE already run for this request (by its admission), used first.
+        `ip`: the address the request goes to and its budget, which every host on it shares; its
+        token and the domain's are taken together or not at all.
         """
         waited = 0.0
         while True:
-            if taken is None:
+            if taken is not None:
+                (grant, wait), taken = taken, None
+            elif ip is not None:
+                keys, args = self.take_pair_args(domain, budget(), *ip)
+                grant, wait = await self._take_pair(keys=keys, args=args)
+            else:
                 keys, args = self.take_args(domain, budget())
                 grant, wait = await self._take(keys=keys, args=args)
-            else:
-                (grant, wait), taken = taken, None
             seconds = max(0.0, float(wait))
             if seconds:
                 await asyncio.sleep(seconds)
@@ -167,13 +270,24 @@ class RateLimiter:
             if int(grant):
                 return waited
 
-    async def slow_down(self, domain: str, budget: Budget, pause: float = 0.0) -> float:
-        """The domain pushed back (429, 503): halve its rate fleet-wide, and pause it if asked."""
-        factor = await self._slow_down(
-            keys=[self._names.bucket_key(domain)],
-            args=[*self._args(domain, budget), pause, MIN_FACTOR, SPACING],
+    async def went_late(
+        self, domain: str, budget: Budget, late: float, ip: tuple[str, Budget] | None = None
+    ) -> None:
+        """A request reached the wire `late` seconds after its token was due (a new connection, a busy
+        event loop): its buckets count it then, so the next request keeps its distance at the server."""
+        keys, args = (
+            self.take_args(domain, budget) if ip is None else self.take_pair_args(domain, budget, *ip)
         )
-        return float(factor)
+        await self._late(keys=keys, args=[*args, late])
+
+    async def slow_down(self, domain: str, budget: Budget, pause: float = 0.0) -> Kept:
+        """The domain pushed back (429, 503): halve its rate fleet-wide, and pause it if asked; its
+        back-off now, for the fleet to keep outside Redis."""
+        key = self._names.bucket_key(domain)
+        factor, hit, paused = await self._slow_down(
+            keys=[key], args=[*self._args(key, budget, domain), pause, MIN_FACTOR, SPACING]
+        )
+        return float(factor), float(hit), float(paused)
 
     async def backoffs(self, budgets: dict[str, Budget]) -> dict[str, Backoff]:
         """Each domain's back-off now, read in one round trip and changing nothing."""
@@ -181,7 +295,7 @@ class RateLimiter:
         async with self._redis.pipeline(transaction=False) as pipe:
             for d in domains:
                 b = budgets[d]
-                args: list[float | str] = [b.rate, b.burst, b.recovery, HORIZON, BUCKET_KEPT, "0"]
+                args: list[float | str] = [b.rate, b.burst, b.recovery, HORIZON, BUCKET_KEPT, "0", "", "", ""]
                 await self._peek(keys=[self._names.bucket_key(d)], args=args, client=pipe)
             answers: list[list[bytes]] = await pipe.execute()
         return {

@@ -167,24 +167,33 @@ class RobotsState:
     detail: str | None
 
 
+# Bytes of each cached robots.txt a listing reads: enough for its kind and an unavailable one's reason,
+# never its body (up to 500 KiB each), however many origins the fleet holds.
+HELD_HEAD = 1024
+_UNAVAILABLE = '{"unavailable": '
+
+
 async def held(redis: Redis, names: Names) -> list[RobotsState]:
-    """Every origin's robots.txt the fleet holds now, read from its cache in Redis."""
+    """Every origin's robots.txt the fleet holds now, read from its cache in Redis (the head of each
+    entry only)."""
     prefix = names.robots_key("")
     keys = [k async for k in redis.scan_iter(match=names.robots_key("*"), count=1000)]
-    values = await redis.mget(keys) if keys else []
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.getrange(key, 0, HELD_HEAD - 1)
+        values = await pipe.execute() if keys else []
     out = []
     for key, raw in zip(keys, values, strict=True):
-        if raw is None:  # expired between the scan and the read
+        if not raw:  # expired between the scan and the read
             continue
         origin = (key.decode() if isinstance(key, bytes) else str(key))[len(prefix) :]
-        try:  # not parsed with protego: a console polling a thousand origins needs only the kind
-            data = json.loads(raw)
-        except ValueError:
-            data = {}
-        if isinstance(data, dict) and "unavailable" in data:
-            out.append(RobotsState(origin, "unavailable", str(data["unavailable"])))
-        else:
-            out.append(
-                RobotsState(origin, "ok" if isinstance(data, dict) and "body" in data else "none", None)
-            )
+        head = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        if head.startswith(_UNAVAILABLE):
+            try:
+                detail = str(json.loads(head)["unavailable"])
+            except (ValueError, KeyError, TypeError):  # cut at HELD_HEAD
+                detail = head[len(_UNAVAILABLE) :].strip('"')[:300]
+            out.append(RobotsState(origin, "unavailable", detail))
+        else:  # not parsed with protego: a console polling a thousand origins needs only the kind
+            out.append(RobotsState(origin, "ok" if head.startswith('{"body"') else "none", None))
     return sorted(out, key=lambda r: r.origin)

@@ -1,10 +1,12 @@
 """What the fleet shares about crawls in Redis: their options, which are cancelled, their outcome
 counts, and which domains are paused. The durable record of a crawl is its database row
-(crawler/sink/crawls.py); this is what every worker reads on the hot path.
+(crawler/sink/crawls.py), that of a pause the `domain_state` table (crawler/sink/domains.py); this is
+what every worker reads on the hot path.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -13,6 +15,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from crawler.names import Names
+from crawler.sink.domains import DomainStore
 
 # Outcome kinds a crawl counts per domain. "routed" counts URLs queued; "retrying" those waiting in
 # a retry tier (up when parked, down when they come back and end); "sitemaps_queued" and
@@ -101,9 +104,11 @@ def sitemaps_pending(counts: Mapping[str, int]) -> int:
 class CrawlState:
     """One fleet's crawl state in Redis."""
 
-    def __init__(self, redis: Redis, names: Names) -> None:
+    def __init__(self, redis: Redis, names: Names, durable: DomainStore | None = None) -> None:
+        """`durable` keeps the paused domains where a Redis loss cannot reach them (None: Redis only)."""
         self._redis = redis
         self._names = names
+        self._durable = durable
         self._options: dict[str, CrawlOptions | None] = {}
         self._count = redis.register_script(_COUNT)
 
@@ -177,14 +182,30 @@ class CrawlState:
         self._options.pop(crawl, None)
 
     async def paused(self) -> set[str]:
-        """The domains paused fleet-wide."""
-        members: set[bytes | str] = await self._redis.smembers(self._names.paused_key)
-        return {m.decode() if isinstance(m, bytes) else m for m in members}
+        """The domains paused fleet-wide; read again from the database once Redis lost them."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.smembers(self._names.paused_key)
+            pipe.exists(self._names.paused_known_key)
+            members, known = await pipe.execute()
+        if self._durable is None or known:
+            return {m.decode() if isinstance(m, bytes) else m for m in members}
+        # Never read (a new fleet), or lost with Redis: the database has the pauses.
+        paused = await asyncio.to_thread(self._durable.paused)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            if paused:
+                pipe.sadd(self._names.paused_key, *paused)
+            pipe.set(self._names.paused_known_key, "1")
+            await pipe.execute()
+        return paused | {m.decode() if isinstance(m, bytes) else m for m in members}
 
     async def pause(self, domain: str) -> None:
         """Pause a domain: every consumer cancels its subscription within PAUSE_POLL."""
+        if self._durable is not None:
+            await asyncio.to_thread(self._durable.pause, domain)
         await self._redis.sadd(self._names.paused_key, domain)
 
     async def resume(self, domain: str) -> None:
         """Resume a paused domain: consumers of it subscribe again within PAUSE_POLL."""
         await self._redis.srem(self._names.paused_key, domain)
+        if self._durable is not None:
+            await asyncio.to_thread(self._durable.resume, domain)

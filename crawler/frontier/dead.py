@@ -10,6 +10,7 @@ from typing import Any
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
 
 from crawler import names as hdr
+from crawler.connections import publishing_channel
 from crawler.frontier.exchanges import host_of_key
 from crawler.frontier.message import persistent
 from crawler.names import Names
@@ -111,6 +112,47 @@ async def _scan(
         await on_message(message, DeadLetter.of(message))
 
 
+# Dead letters one page looks through past where it starts, matching or not: a page never reads the
+# whole dead queue, however long it is; `next` says where to go on from.
+SCAN_MOST = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class DeadPage:
+    """One page of dead letters, oldest first, and the position the next page starts at (None: the
+    queue's end). Positions count from the queue's head, which replays and purges move."""
+
+    letters: list[DeadLetter]
+    next: int | None
+
+
+async def page_dead(
+    connection: AbstractRobustConnection, names: Names, match: Match, limit: int, after: int = 0
+) -> DeadPage:
+    """Up to `limit` matching dead letters from position `after` on, looking through at most
+    SCAN_MOST messages; the queue is left as it was."""
+    channel = await connection.channel()
+    found: list[DeadLetter] = []
+    position = 0
+    try:
+        # Messages taken but not acked go back to the queue, in order, when the channel closes.
+        queue = await channel.declare_queue(names.dead, durable=True, passive=True)
+        count = queue.declaration_result.message_count or 0
+        while position < min(count, after + SCAN_MOST) and len(found) < limit:
+            message = await queue.get(no_ack=False, fail=False)
+            if message is None:
+                count = position
+                break
+            position += 1
+            if position > after:
+                letter = DeadLetter.of(message)
+                if match(letter):
+                    found.append(letter)
+    finally:
+        await channel.close()
+    return DeadPage(found, position if position < count else None)
+
+
 async def list_dead(
     connection: AbstractRobustConnection, names: Names, match: Match, limit: int | None = None
 ) -> list[DeadLetter]:
@@ -131,7 +173,7 @@ async def list_dead(
 
 async def replay(connection: AbstractRobustConnection, names: Names, match: Match) -> int:
     """Put matching dead letters back into their domain queues with attempts reset; how many."""
-    channel = await connection.channel(publisher_confirms=True)
+    channel = await publishing_channel(connection)
     replayed = 0
     try:
         frontier = await channel.get_exchange(names.frontier, ensure=False)
@@ -143,6 +185,7 @@ async def replay(connection: AbstractRobustConnection, names: Names, match: Matc
             headers = {k: v for k, v in (message.headers or {}).items() if k not in _FAILURE_HEADERS}
             headers.pop("x-death", None)
             copy = persistent(message.body, message.priority or 0, headers)
+            copy.message_id = message.message_id  # a webhook's idempotency key: the same on replay
             await frontier.publish(copy, routing_key=message.routing_key or "")
             await message.ack()
             replayed += 1

@@ -17,6 +17,7 @@ from crawler.names import (
     FIRST_BAND_WORD,
     HEADER_RETRY_TIER,
     MAX_PRIORITY,
+    WEBHOOK_KEY,
     Names,
     delay_label,
 )
@@ -129,6 +130,16 @@ def retry_queue(names: Names, delay: float, frontier: FrontierConfig = CLASSIC) 
     )
 
 
+def webhook_queue(names: Names, frontier: FrontierConfig = CLASSIC) -> Queue:
+    """Every version the change feed publishes, and webhook deliveries back from a retry tier or a
+    replay (the frontier's WEBHOOK_KEY); its deliverers' rejects go to the dead queue."""
+    args = kind(frontier, names.dead)
+    if frontier.queue_type == "quorum":
+        args["x-delivery-limit"] = frontier.delivery_limit
+    bindings = (Binding(names.changes, "#"), Binding(names.frontier, WEBHOOK_KEY))
+    return Queue(names.webhooks, args, bindings)
+
+
 def kept_queue(name: str, frontier: FrontierConfig, binding: Binding) -> Queue:
     """A queue messages wait in for a person (dead, unrouted): never dead-letters, never drops."""
     args = kind(frontier)
@@ -152,6 +163,8 @@ def topology(config: CrawlConfig, names: Names) -> Topology:
         kept_queue(names.dead, frontier, Binding(names.dead)),
         *(retry_queue(names, delay, frontier) for delay in config.retry_tiers),
         *(q for domain in sorted(config.domains) for q in domain_queues(names, domain, frontier)),
+        # Only with receivers: a queue nobody consumes would keep every version for ever.
+        *((webhook_queue(names, frontier),) if config.webhooks else ()),
     )
     return Topology(exchanges, queues)
 

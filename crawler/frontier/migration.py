@@ -80,6 +80,8 @@ def groups(config: CrawlConfig, names: Names, domains: Sequence[str] | None = No
     """What `config`'s frontier is made of, in the order it is re-made: shared queues, then domains."""
     declared = {q.name: q for q in topology(config, names).queues}
     shared = [names.dead, names.unrouted, *(names.retry_queue(d) for d in config.retry_tiers)]
+    if config.webhooks:  # consumed by every worker: re-made only while none runs
+        shared.append(names.webhooks)
     out = [Group((declared[name],), (name,)) for name in shared]
     for d in sorted(config.domains) if domains is None else domains:
         wanted = domain_queues(names, d, config.frontier)

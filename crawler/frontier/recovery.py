@@ -6,7 +6,8 @@ A claim that finds its store gone (crawler/dedup/store.py) calls a Recovery. One
 rebuilds, under a lock; every other claim of that crawl waits for it. The store is marked `rebuilt`:
 from then on, a first delivery of one of the crawl's pages is taken once (a URL queued before the
 loss may have been queued again, since the rebuilt store only knows pages already stored) and is
-not fetched if the sink already holds it. Rate buckets and the robots.txt cache simply start over.
+not fetched if the sink already holds it. Rate buckets start over with the back-offs the database
+kept (crawler/worker/backoffs.py), the robots.txt cache simply starts over.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ class Recovery:
         """
         if not await self._was_rebuilt(store):
             return False
-        if not await store.take(fingerprint(url)):
+        if not await store.take(fingerprint(url), secrets.token_bytes(8)):
             return True
         return await asyncio.to_thread(self._pages.stored, url, store.crawl)
 

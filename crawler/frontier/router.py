@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections import Counter
@@ -21,9 +22,10 @@ from crawler.frontier.quota import PageQuota
 from crawler.frontier.scope import Scope
 from crawler.frontier.traps import trap
 from crawler.frontier.urls import canonical_link, canonicalise, fingerprint, host_of
-from crawler.names import MAX_PRIORITY
+from crawler.names import MAX_PRIORITY, TRACE_LOGGER
 
 log = logging.getLogger(__name__)
+trace = logging.getLogger(TRACE_LOGGER)
 
 
 class PublishFailed(CrawlerError):
@@ -172,22 +174,35 @@ class Router:
         fresh = await seen.claim(list(candidates), claimant)
         todo = [c for c, new in zip(candidates.values(), fresh, strict=True) if new]
         result.seen = len(candidates) - len(todo)
+        # Claimed here and not known to be published: released whatever ends this call, a
+        # cancellation included, or they would stay claimed with no message to crawl them.
+        unsettled = [c.fingerprint for c in todo]
         try:
-            outcomes = await self._publisher.publish(
-                [self._message(c, depth, priority, via, crawl) for c in todo]
-            )
-        except Exception as exc:  # nothing was sent (e.g. the channel is closed)
-            outcomes = [exc] * len(todo)
-        failed = [c for c, o in zip(todo, outcomes, strict=True) if o is not None]
-        done = [c for c, o in zip(todo, outcomes, strict=True) if o is None]
-        if confirm:
-            await seen.confirm([c.fingerprint for c in done])
-        else:
-            result.unconfirmed = [c.fingerprint for c in done]
+            try:
+                outcomes = await self._publisher.publish(
+                    [self._message(c, depth, priority, via, crawl) for c in todo]
+                )
+            except Exception as exc:  # nothing was sent (e.g. the channel is closed)
+                outcomes = [exc] * len(todo)
+            failed = [c for c, o in zip(todo, outcomes, strict=True) if o is not None]
+            done = [c for c, o in zip(todo, outcomes, strict=True) if o is None]
+            unsettled = [c.fingerprint for c in failed]
+            if confirm:
+                await seen.confirm([c.fingerprint for c in done])
+            else:
+                result.unconfirmed = [c.fingerprint for c in done]
+        finally:
+            if unsettled:
+                # Shielded: a second cancellation must not cut the release short.
+                await asyncio.shield(seen.release(unsettled))
         result.published = [c.url for c in done]
         result.by_domain.update(c.domain for c in done if c.domain)
+        if trace.isEnabledFor(logging.DEBUG):
+            for c in done:
+                trace.debug("routed %s depth=%d by=%s", c.url, depth, claimant.hex())
+            for c in failed:
+                trace.debug("not routed %s by=%s: released", c.url, claimant.hex())
         if failed:
-            await seen.release([c.fingerprint for c in failed])
             first = next(o for o in outcomes if o is not None)
             raise PublishFailed(f"{len(failed)} of {len(todo)} publishes were not confirmed ({first!r})")
         return result

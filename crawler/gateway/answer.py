@@ -1,8 +1,15 @@
 """What the gateway answers a request, whichever form renders it (crawler/gateway/forms.py): the
-target's answer, the target's failure, or the gateway's own refusal."""
+target's answer, the target's failure, or the gateway's own refusal.
+
+A failure's text is fixed by its kind, never an exception's own (which may name a proxy, its
+credentials or an address behind the gateway): it carries an error id, and the gateway's log line
+with that id says what happened.
+"""
 
 from __future__ import annotations
 
+import logging
+import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -24,6 +31,28 @@ _FAILURES: tuple[tuple[type[FetchError], str], ...] = (
     (TooLarge, "too_large"),
     (TooManyRedirects, "too_many_redirects"),
 )
+# What a client is told of each kind of failure (the log says the rest, under the error id).
+TEXTS = {
+    "timeout": "the target gave no answer in time",
+    "connect": "cannot connect to the target",
+    "refused": "refused: the target's address is not public, or a redirect left http(s)",
+    "too_large": "the body exceeds max_body_bytes",
+    "too_many_redirects": "more redirects than the gateway follows",
+    "bad_response": "the target's answer could not be read",
+}
+log = logging.getLogger("crawler.gateway")
+
+
+def error_id() -> str:
+    """A new id for one failure: in the client's answer and in the gateway's log line about it."""
+    return secrets.token_hex(6)
+
+
+def explained(text: str, detail: str, url: str) -> str:
+    """`text` with a new error id, after logging `detail` (for the gateway's operator) under it."""
+    ref = error_id()
+    log.warning("error %s for %s: %s", ref, url[:300], detail)
+    return f"{text} (error {ref}: the gateway's log says why)"
 
 
 class Rest(Protocol):
@@ -79,10 +108,10 @@ class Failed:
     started: float
 
     @classmethod
-    def of(cls, exc: FetchError, started: float) -> Failed:
-        """The failure a FetchError reports."""
+    def of(cls, exc: FetchError, started: float, url: str) -> Failed:
+        """The failure a FetchError reports, in a fixed text with an error id the log explains."""
         kind = next((k for t, k in _FAILURES if isinstance(exc, t)), "bad_response")
-        return cls(kind, str(exc), exc.status_code, started)
+        return cls(kind, explained(TEXTS[kind], str(exc), url), exc.status_code, started)
 
     @property
     def code(self) -> int:

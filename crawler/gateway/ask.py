@@ -7,12 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from crawler.fetch.api import ENVELOPE_MOST_BODY
 from crawler.gateway.render import RenderAsk, render_options
 
 DEFAULT_TIMEOUT = 10.0
 MOST_TIMEOUT = 120.0
 DEFAULT_BODY = 5_000_000
-MOST_BODY = 50_000_000
+MOST_BODY = 50_000_000  # a raw answer's: passed on as it comes, never held whole
+MOST_WHOLE_BODY = ENVELOPE_MOST_BODY  # an envelope's or a render's: held whole while answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +56,14 @@ def parse_ask(query: Mapping[str, str]) -> Ask:
     takes the paid APIs' (redirects followed, every body passed on).
     """
     url = query.get("url", "")
+    if any(c <= " " or c == "\x7f" for c in url):
+        # It would reach the request line as it is: a space splits it, CR/LF end it early.
+        raise ValueError("url: a space or control character in it; percent-encode it (%20)")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("url: an absolute http(s) URL is required")
     envelope = flag(query, "json_response", False)
+    render = flag(query, "render_js", False)
     country = query.get("country_code") or None
     if country is not None and not (len(country) == 2 and country.isalpha()):
         raise ValueError(f"country_code={country!r}: a two-letter country code")
@@ -69,12 +75,16 @@ def parse_ask(query: Mapping[str, str]) -> Ask:
         body = int(query.get("max_body_bytes", DEFAULT_BODY))
     except ValueError:
         raise ValueError("timeout and max_body_bytes are numbers") from None
-    if not 0 < timeout <= MOST_TIMEOUT or not 1024 <= body <= MOST_BODY:
-        raise ValueError(f"timeout in (0, {MOST_TIMEOUT:g}] s, max_body_bytes in [1024, {MOST_BODY}]")
+    most = MOST_WHOLE_BODY if envelope or render else MOST_BODY
+    if not 0 < timeout <= MOST_TIMEOUT or not 1024 <= body <= most:
+        raise ValueError(
+            f"timeout in (0, {MOST_TIMEOUT:g}] s, max_body_bytes in [1024, {most}]"
+            + (" (json_response and render_js answers are held whole)" if most < MOST_BODY else "")
+        )
     return Ask(
         url,
         parts.hostname.lower(),
-        render_options(query) if flag(query, "render_js", False) else None,
+        render_options(query) if render else None,
         flag(query, "premium_proxy", False),
         country.upper() if country else None,
         session,

@@ -9,13 +9,14 @@ import time
 
 from crawler.errors import FetchError
 from crawler.fetch.fetcher import HTML_TYPES
-from crawler.gateway.answer import NO_EXIT, Failed, Outcome, Page, Refusal
+from crawler.gateway.answer import NO_EXIT, Failed, Outcome, Page, Refusal, explained
 from crawler.gateway.ask import Ask
 from crawler.gateway.hold import Hold, Streamed
 from crawler.gateway.metrics import GatewayMetrics
+from crawler.gateway.pinning import cleared
 from crawler.gateway.pool import Pool, Settled
 from crawler.gateway.proxies import ApiKey, Exit, ProxiesConfig
-from crawler.gateway.relay import ProxyFailed, Relay, Reply, cleared
+from crawler.gateway.relay import ProxyFailed, Relay, Reply
 from crawler.gateway.render import Document, Renderer, RenderFailed
 from crawler.gateway.setup import Setup
 
@@ -39,23 +40,30 @@ class Attempts:
         try:
             pinned = await cleared(setup.guard, ask.url)
         except FetchError as exc:
-            return Failed.of(exc, started)
+            return Failed.of(exc, started, ask.url)
         hold = Hold(self._pool, key, price, ask.host, self._metrics)
         outcome: Outcome | None = None
         try:
-            outcome = await self._tries(setup, ask, hold, exits, pinned, started)
+            outcome = await self._tries(setup, ask, key, hold, exits, pinned, started)
             return outcome
         finally:
             if not (isinstance(outcome, Page) and outcome.rest is not None):
                 await hold.close()  # a stream's hold is released when the stream ends
 
     async def _tries(
-        self, setup: Setup, ask: Ask, hold: Hold, exits: list[Exit], pinned: str | None, started: float
+        self,
+        setup: Setup,
+        ask: Ask,
+        key: ApiKey,
+        hold: Hold,
+        exits: list[Exit],
+        pinned: str,
+        started: float,
     ) -> Outcome:
         config = setup.config
         deadline = started + ask.timeout
         banned = 0
-        last_error = "no exit was free in time"
+        tried: list[str] = []  # what each attempt met, for the log: it may name a proxy's address
         for attempt in range(config.max_attempts):
             exit = await hold.reserve(exits, ask, deadline, config.max_wait)
             if isinstance(exit, Refusal):
@@ -68,12 +76,12 @@ class Attempts:
                 reply = await self._relay.send(setup, exit, ask, pinned, budget)
             except ProxyFailed as exc:
                 self._metrics.requests.labels(exit.id, "proxy_failed").inc()
-                last_error = f"exit {exit.id} failed: {exc}"
+                tried.append(f"exit {exit.id} failed: {exc}")
                 self._cooled(exit, ask.host, "proxy", await hold.release("failed", final=False))
                 continue
             except FetchError as exc:
                 self._metrics.requests.labels(exit.id, "target_error").inc()
-                return Failed.of(exc, started)
+                return Failed.of(exc, started, ask.url)
             finally:
                 self._metrics.latency.labels(exit.id).observe(time.monotonic() - sent)
             reason = ban_reason(config, ask.host, reply)
@@ -81,18 +89,20 @@ class Attempts:
                 await reply.aclose()
                 self._metrics.requests.labels(exit.id, "banned").inc()
                 banned += 1
-                last_error = f"banned through exit {exit.id} ({reason})"
+                tried.append(f"banned through exit {exit.id} ({reason})")
                 self._cooled(exit, ask.host, reason, await hold.release("banned", final=False))
                 continue
             self._metrics.requests.labels(exit.id, "answered").inc()
-            return await self._answer(setup, ask, hold, exit, reply, started)
+            return await self._answer(setup, ask, key, hold, exit, reply, started)
+        detail = "; ".join(tried) or "no exit was free in time"
         if time.monotonic() >= deadline and not banned:
-            return Failed("timeout", f"no answer within {ask.timeout:g}s ({last_error})", None, started)
-        message = f"{last_error}; tried {config.max_attempts} exit(s), not charged"
-        return Refusal(503, NO_EXIT, message, retry_after=1)
+            text = f"no answer within {ask.timeout:g}s"
+            return Failed("timeout", explained(text, detail, ask.url), None, started)
+        text = f"no exit could carry the request ({len(tried)} tried), not charged"
+        return Refusal(503, NO_EXIT, explained(text, detail, ask.url), retry_after=1)
 
     async def _answer(
-        self, setup: Setup, ask: Ask, hold: Hold, exit: Exit, reply: Reply, started: float
+        self, setup: Setup, ask: Ask, key: ApiKey, hold: Hold, exit: Exit, reply: Reply, started: float
     ) -> Outcome:
         """The answer that counts: rendered if asked, charged now, or once its stream has ended."""
         headers, body, final_url, rendered = reply.headers, reply.head, reply.url, False
@@ -100,14 +110,19 @@ class Attempts:
         if ask.render is not None and reply.status == 200 and body and reply.media in HTML_TYPES:
             assert self._renderer is not None
             document = Document(reply.url, 200, headers, body, setup.proxies[exit.id])
+            # A session is the key's own: another key naming the same session gets another context.
+            session = (key.id, ask.session) if ask.session else None
             try:  # the exit stays reserved while the page's own requests go through it
                 dom = await self._renderer.render(
-                    document, ask.render, ask.session, setup.guard, started + ask.timeout
+                    document, ask.render, session, setup.guard, started + ask.timeout, ask.max_body_bytes
                 )
             except RenderFailed as exc:
-                return Failed(exc.kind, str(exc), None, started)
+                return Failed(exc.kind, explained(str(exc), exc.detail, ask.url), None, started)
             original = body if ask.document else None
             body, final_url, rendered = dom.html.encode("utf-8"), dom.final_url, True
+            if len(body) > ask.max_body_bytes:
+                text = f"the rendered page exceeds max_body_bytes ({ask.max_body_bytes})"
+                return Failed("too_large", explained(text, f"{len(body)} bytes", ask.url), None, started)
             headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
             headers.append(("Content-Type", RENDERED_TYPE))
         rest = None if reply.rest is None else Streamed(reply, hold, started + ask.timeout)

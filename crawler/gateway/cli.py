@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from crawler import connections
+from crawler import connections, stopping
 from crawler.errors import ConfigError, CrawlerError
 from crawler.gateway.server import Gateway
 from crawler.monitor import logs
@@ -52,10 +52,8 @@ async def serve(settings: Settings, proxies: str, host: str, port: int) -> None:
                 len(gateway.config.exits),
             )
             stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
-            await stop.wait()
+            with stopping.handled(lambda _: stop.set(), (signal.SIGINT,)):
+                await stop.wait()
         finally:
             await runner.cleanup()
 
@@ -82,7 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ready.setLevel(logging.INFO)
     host, port = args.listen
     try:
-        asyncio.run(serve(Settings.from_env(), args.proxies, host, port))
+        settings = Settings.from_env()
+        with asyncio.Runner() as runner:  # a SIGTERM while it starts ends it cleanly, as one after
+            stopping.run(runner, lambda: serve(settings, args.proxies, host, port))
     except CrawlerError as exc:
         print(f"crawler-gateway: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USAGE

@@ -4,7 +4,12 @@ A request costs two Lua calls: `reserve` (admit it against its key's budget and 
 choose an exit and reserve it) and `settle` (release the exit, record the answer, ban or failure,
 charge, and release the key). Each reads and writes in one atomic step on Redis's own clock, so two
 replicas never send a request to a domain through one exit closer than min_interval, nor push an
-exit past its in-flight cap or a key past its budget by more than its requests in flight.
+exit past its in-flight cap or a key past its concurrency or its budget: a request's price is
+reserved when it is admitted and charged, or released, when it is settled.
+
+Keys are kept apart: a ban cools an (exit, domain) pair for the key that met it; the pair cools for
+every key only once bans came from ban_quorum keys, and an exit is marked dead only once failures
+came from as many, so one key cannot take exits away from the others.
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ from crawler.names import (
 )
 
 # KEYS: the API key's in-flight set, its credits, [the session's sticky key,] then for each
-#       candidate: its dead flag, (exit, domain) cooldown, in-flight set, (exit, domain) last send.
+#       candidate: its dead flag, (exit, domain) cooldown for every key, the same for this key,
+#       in-flight set, (exit, domain) last send.
 # ARGV: admit (1 on a request's first call: budget and concurrency are checked and it is counted),
-#       request id, key hold ms, key cap, budget ('' for none), price, min_interval ms,
-#       session (1/0), session_ttl ms, exit hold ms, then id, cap for each candidate.
+#       request ("id|price", its member of the in-flight sets), key hold ms, key cap, budget ('' for
+#       none), price, min_interval ms, session (1/0), session_ttl ms, exit hold ms, then id, cap for
+#       each candidate.
 # Returns {1, exit id}; {0, ms to wait before asking again, -1 if no candidate is usable at all};
 #         {-2} the budget is spent; {-3} the key is at its concurrency cap (neither counted).
 _RESERVE = """
@@ -41,11 +48,15 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 if admit then
-  if ARGV[5] ~= '' then
-    local spent = tonumber(redis.call('GET', KEYS[2]) or '0')
-    if spent + tonumber(ARGV[6]) > tonumber(ARGV[5]) then return {-2} end
-  end
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  if ARGV[5] ~= '' then
+    -- What the key's requests in flight reserved counts as spent until they settle.
+    local spent = tonumber(redis.call('GET', KEYS[2]) or '0')
+    for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+      spent = spent + (tonumber(string.match(member, '|([^|]*)$')) or 0)
+    end
+    if spent + tonumber(ARGV[6]) > tonumber(ARGV[5]) + 1e-9 then return {-2} end
+  end
   if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return {-3} end
   local key_hold = tonumber(ARGV[3])
   redis.call('ZADD', KEYS[1], now + key_hold, rid)
@@ -60,24 +71,24 @@ for i = 11, #ARGV, 2 do
   index[ARGV[i]] = n
   caps[n] = tonumber(ARGV[i + 1])
 end
-local function k(i, which) return KEYS[base + (i - 1) * 4 + which] end
+local function k(i, which) return KEYS[base + (i - 1) * 5 + which] end
 
 local function state(i)
   if redis.call('EXISTS', k(i, 1)) == 1 then return 'out', -1 end
-  local cool = redis.call('PTTL', k(i, 2))
+  local cool = math.max(redis.call('PTTL', k(i, 2)), redis.call('PTTL', k(i, 3)))
   if cool > 0 then return 'out', cool end
-  redis.call('ZREMRANGEBYSCORE', k(i, 3), '-inf', now)
-  if redis.call('ZCARD', k(i, 3)) >= caps[i] then return 'wait', 50 end
-  local last = tonumber(redis.call('GET', k(i, 4)) or '-1')
+  redis.call('ZREMRANGEBYSCORE', k(i, 4), '-inf', now)
+  if redis.call('ZCARD', k(i, 4)) >= caps[i] then return 'wait', 50 end
+  local last = tonumber(redis.call('GET', k(i, 5)) or '-1')
   if last >= 0 and now - last < interval then return 'wait', interval - (now - last) end
   return 'ok', 0
 end
 
 local function take(i)
   local id = ARGV[9 + 2 * i]
-  redis.call('ZADD', k(i, 3), now + hold, rid)
-  redis.call('PEXPIRE', k(i, 3), hold + 1000)
-  redis.call('SET', k(i, 4), now, 'PX', math.max(interval, 1) + 1000)
+  redis.call('ZADD', k(i, 4), now + hold, rid)
+  redis.call('PEXPIRE', k(i, 4), hold + 1000)
+  redis.call('SET', k(i, 5), now, 'PX', math.max(interval, 1) + 1000)
   if has_session then redis.call('SET', KEYS[3], id, 'PX', session_ttl) end
   return {1, id}
 end
@@ -103,19 +114,33 @@ return {0, best}
 """
 
 # KEYS: the API key's in-flight set, its credits, then (when an exit was used) the exit's in-flight
-#       set, (exit, domain) ban streak, (exit, domain) cooldown, failure streak, death streak, dead flag.
-# ARGV: outcome (answered | banned | failed | none), request id, final (1: the request is over),
-#       price, cooldown base ms, max ms, jitter (0..1), random (0..1), strikes kept (x max),
-#       dead_after, dead_for ms, fails ttl ms, deaths ttl ms, longest death ms.
-# Returns {cooldown ms imposed (0 for none), 1 if this failure made the exit dead}.
+#       set, the key's (exit, domain) ban streak, the key's (exit, domain) cooldown, the (exit,
+#       domain) cooldown for every key, the keys that met bans there, the exit's failure streak, its
+#       death streak, its dead flag, the keys it failed.
+# ARGV: outcome (answered | banned | failed | none), request ("id|price"), final (1: the request is
+#       over), price charged ('0' unless answered), cooldown base ms, max ms, jitter (0..1), random
+#       (0..1), strikes kept (x max), dead_after, dead_for ms, fails ttl ms, deaths ttl ms, longest
+#       death ms, key id, quorum (keys whose bans or failures act for every key).
+# Returns {cooldown ms imposed (0 for none), 1 if this failure made the exit dead, 1 if the cooldown
+#          holds for every key}.
 _SETTLE = """
 local outcome, rid = ARGV[1], ARGV[2]
-local cooled, died = 0, 0
+local cooled, died, fleet = 0, 0, 0
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local key_id, quorum = ARGV[15], tonumber(ARGV[16])
+local function witness(set, window)
+  redis.call('ZADD', set, now, key_id)
+  redis.call('ZREMRANGEBYSCORE', set, '-inf', now - window)
+  redis.call('PEXPIRE', set, window)
+  return redis.call('ZCARD', set) >= quorum
+end
 if #KEYS > 2 then
   redis.call('ZREM', KEYS[3], rid)
   if outcome == 'answered' then
-    redis.call('DEL', KEYS[4], KEYS[6], KEYS[7])
-    if tonumber(ARGV[4]) > 0 then redis.call('INCRBYFLOAT', KEYS[2], ARGV[4]) end
+    redis.call('DEL', KEYS[4], KEYS[8], KEYS[9])
+    redis.call('ZREM', KEYS[7], key_id)
+    redis.call('ZREM', KEYS[11], key_id)
   elseif outcome == 'banned' or outcome == 'failed' then
     local base, most = tonumber(ARGV[5]), tonumber(ARGV[6])
     local jitter, r = tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -124,22 +149,33 @@ if #KEYS > 2 then
     local ms = math.min(base * 2 ^ (strikes - 1), most)
     cooled = math.max(math.floor(ms * (1 - jitter + 2 * jitter * r)), 1)
     redis.call('SET', KEYS[5], '1', 'PX', cooled)
+    if witness(KEYS[7], most) then
+      redis.call('SET', KEYS[6], '1', 'PX', cooled)
+      fleet = 1
+    end
     if outcome == 'failed' then
-      local fails = redis.call('INCR', KEYS[6])
-      redis.call('PEXPIRE', KEYS[6], tonumber(ARGV[12]))
-      if fails >= tonumber(ARGV[10]) and redis.call('EXISTS', KEYS[8]) == 0 then
-        local deaths = redis.call('INCR', KEYS[7])
-        redis.call('PEXPIRE', KEYS[7], tonumber(ARGV[13]))
+      local fails = redis.call('INCR', KEYS[8])
+      redis.call('PEXPIRE', KEYS[8], tonumber(ARGV[12]))
+      local several = witness(KEYS[11], tonumber(ARGV[12]))
+      if fails >= tonumber(ARGV[10]) and several and redis.call('EXISTS', KEYS[10]) == 0 then
+        local deaths = redis.call('INCR', KEYS[9])
+        redis.call('PEXPIRE', KEYS[9], tonumber(ARGV[13]))
         local dead_ms = math.min(tonumber(ARGV[11]) * 2 ^ (deaths - 1), tonumber(ARGV[14]))
-        redis.call('SET', KEYS[8], '1', 'PX', math.floor(dead_ms))
-        redis.call('SET', KEYS[6], 0)
+        redis.call('SET', KEYS[10], '1', 'PX', math.floor(dead_ms))
+        redis.call('SET', KEYS[8], 0)
+        redis.call('DEL', KEYS[11])
         died = 1
       end
     end
   end
 end
-if ARGV[3] == '1' then redis.call('ZREM', KEYS[1], rid) end
-return {cooled, died}
+if ARGV[3] == '1' then
+  -- Removing the request from its key releases what it reserved; an answer is charged with it.
+  if redis.call('ZREM', KEYS[1], rid) == 1 and tonumber(ARGV[4]) > 0 then
+    redis.call('INCRBYFLOAT', KEYS[2], ARGV[4])
+  end
+end
+return {cooled, died, fleet}
 """
 
 Outcome = Literal["answered", "banned", "failed", "none"]
@@ -158,8 +194,14 @@ class Reservation:
 class Settled:
     """What settling a request's attempt did to its exit."""
 
-    cooldown: float  # seconds the (exit, domain) pair now rests; 0 for none
+    cooldown: float  # seconds the (exit, domain) pair now rests for the key; 0 for none
     died: bool  # this failure marked the exit dead
+    fleet: bool = False  # the cooldown holds for every key (bans came from ban_quorum keys)
+
+
+def member(request_id: str, price: float) -> str:
+    """A request's member of the in-flight sets: its id and the price its key reserved for it."""
+    return f"{request_id}|{price!r}"
 
 
 class Pool:
@@ -205,10 +247,10 @@ class Pool:
         hold_ms = int((hold + GW_INFLIGHT_GRACE) * 1000)
         keys = [n.gw_key_inflight_key(key.id), n.gw_credits_key(key.id)]
         if session:
-            keys.append(n.gw_sticky_key(session))
+            keys.append(n.gw_sticky_key(key.id, session))
         args: list[str | int | float] = [
             1 if admit else 0,
-            request_id,
+            member(request_id, price),
             hold_ms,
             key.max_concurrency,
             "" if key.budget is None else repr(key.budget),
@@ -222,6 +264,7 @@ class Pool:
             keys += [
                 n.gw_dead_key(e.id),
                 n.gw_cool_key(e.id, domain),
+                n.gw_key_cool_key(key.id, e.id, domain),
                 n.gw_inflight_key(e.id),
                 n.gw_last_key(e.id, domain),
             ]
@@ -248,24 +291,29 @@ class Pool:
         *,
         final: bool,
     ) -> Settled:
-        """Release `exit` and record its `outcome` for `domain`: an answer ends its ban and failure
-        streaks and charges `price`; a ban or failure cools the pair down (exponential, jittered), and
-        enough failures in a row mark the exit dead. `final` uncounts the request from its key."""
+        """Release `exit` and record its `outcome` for `domain`: an answer ends the key's ban and the
+        exit's failure streaks and charges `price`; a ban or failure cools the pair down for the key
+        (exponential, jittered), for every key once ban_quorum keys met bans there; failures in a
+        row from as many keys mark the exit dead. `final` uncounts the request from its key and
+        releases the price it reserved (charged if it was answered)."""
         n = self._names
         keys = [n.gw_key_inflight_key(key.id), n.gw_credits_key(key.id)]
         if exit is not None:
             keys += [
                 n.gw_inflight_key(exit.id),
-                n.gw_strikes_key(exit.id, domain),
+                n.gw_strikes_key(key.id, exit.id, domain),
+                n.gw_key_cool_key(key.id, exit.id, domain),
                 n.gw_cool_key(exit.id, domain),
+                n.gw_banners_key(exit.id, domain),
                 n.gw_fails_key(exit.id),
                 n.gw_deaths_key(exit.id),
                 n.gw_dead_key(exit.id),
+                n.gw_failers_key(exit.id),
             ]
         c = self.config.cooldown
         args: list[str | int | float] = [
             outcome,
-            request_id,
+            member(request_id, price),
             1 if final else 0,
             repr(price) if outcome == "answered" else "0",
             int(c.base * 1000),
@@ -278,9 +326,11 @@ class Pool:
             int(GW_FAILS_TTL * 1000),
             int(GW_DEATHS_TTL * 1000),
             int(GW_DEAD_MOST * 1000),
+            key.id,
+            self.config.quorum,
         ]
-        cooled, died = await self._settle(keys=keys, args=args)
-        return Settled(int(cooled) / 1000, int(died) == 1)
+        cooled, died, fleet = await self._settle(keys=keys, args=args)
+        return Settled(int(cooled) / 1000, int(died) == 1, int(fleet) == 1)
 
     async def dead(self) -> list[Exit]:
         """Exits marked dead now."""

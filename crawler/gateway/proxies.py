@@ -1,10 +1,13 @@
 """config/proxies.yaml: the gateway's exits, keys, prices and ban rules, as one validated model.
 
-Credentials are never written in the file: each names the environment variable holding it.
+Credentials are never written in the file: each names the environment variable holding it. A proxy's
+credentials are sent in a Proxy-Authorization header, never written into a URL, so no error text
+that quotes a proxy URL can carry them.
 """
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import os
 import re
@@ -12,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -70,14 +73,37 @@ class Exit(_Strict):
     def _upper(cls, value: str | None) -> str | None:
         return value.upper() if value else value
 
-    def proxy_url(self, env: Mapping[str, str]) -> str:
-        """The proxy URL with its credentials from the environment (never logged)."""
+    def proxy(self, env: Mapping[str, str]) -> ExitProxy:
+        """The proxy's URL and, apart from it, its credentials from the environment."""
         user = env.get(self.username_env, "") if self.username_env else ""
         password = env.get(self.password_env, "") if self.password_env else ""
         if not user:
-            return self.url
-        parts = urlsplit(self.url)
-        return f"http://{quote(user, safe='')}:{quote(password, safe='')}@{parts.hostname}:{parts.port}"
+            return ExitProxy(self.url, None)
+        return ExitProxy(self.url, "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+
+
+@dataclass(frozen=True, slots=True)
+class ExitProxy:
+    """How requests go out through an exit: its URL (no credentials in it) and the
+    Proxy-Authorization its credentials make, if it has any."""
+
+    url: str
+    authorization: str | None
+
+    def __repr__(self) -> str:  # the credentials must not reach a log through a repr
+        return f"ExitProxy(url={self.url!r}, authorization={'***' if self.authorization else None})"
+
+    def options(self, headers: dict[str, str], tls: bool) -> dict[str, Any]:
+        """aiohttp's request options for going through this exit. The credentials go with the
+        CONNECT of an https request (proxy_headers), in the request itself for plain http."""
+        if self.authorization is None:
+            return {"proxy": self.url, "headers": headers}
+        if tls:
+            return {"proxy": self.url, "headers": headers, "proxy_headers": {PROXY_AUTH: self.authorization}}
+        return {"proxy": self.url, "headers": {**headers, PROXY_AUTH: self.authorization}}
+
+
+PROXY_AUTH = "Proxy-Authorization"
 
 
 class ApiKey(_Strict):
@@ -86,7 +112,12 @@ class ApiKey(_Strict):
     id: Ident
     key_env: EnvName
     budget: float | None = Field(None, gt=0)
-    max_concurrency: int = Field(100, ge=1, le=100_000)
+    # Its requests in flight at once, fleet-wide: an envelope or a render is held whole (at most
+    # 10 MB, ask.py), so this bounds the memory one key can take, as well as its share of the exits.
+    max_concurrency: int = Field(32, ge=1, le=100_000)
+
+
+MIN_KEY_LENGTH = 16  # a short key is guessable: refused at load, naming the key
 
 
 class Cooldown(_Strict):
@@ -125,6 +156,15 @@ class ProxiesConfig(_Strict):
     session_ttl: float = Field(600.0, gt=0, le=86_400)
     prices: Prices = Field(default_factory=Prices)
     max_wait: float = Field(10.0, ge=0, le=600)  # longest a request waits for a free exit
+    # A ban cools an (exit, domain) pair for the key that met it; for every key only once this many
+    # keys met bans there (or every key, when fewer are configured). Failures mark an exit dead on
+    # the same evidence. One key alone cannot take exits away from the others.
+    ban_quorum: int = Field(3, ge=1, le=1_000)
+    # /metrics and /healthz name API keys, their credits and the exits' state only to a caller
+    # presenting this token (Authorization: Bearer); without one they show the rest.
+    metrics_token_env: EnvName | None = None
+    # PEM certificates trusted for https targets besides the system's (an intranet's own CA).
+    ca_file: str | None = None
     # The same guard as the workers' (crawler/fetch/connect.py): private targets are refused.
     resolve: dict[str, str] = Field(default_factory=dict)
     allow_private_networks: bool = False
@@ -164,14 +204,36 @@ class ProxiesConfig(_Strict):
             raise ValueError("cooldown: max must be at least base")
         return self
 
+    @property
+    def quorum(self) -> int:
+        """How many keys' bans (or failures) act for every key."""
+        return min(self.ban_quorum, len(self.keys))
+
     def check_env(self, env: Mapping[str, str], source: str) -> None:
-        """ConfigError naming every variable the file refers to that the environment lacks."""
+        """ConfigError naming every variable the file refers to that the environment lacks, and
+        every key shorter than MIN_KEY_LENGTH."""
         wanted = [k.key_env for k in self.keys]
         wanted += [e.username_env for e in self.exits if e.username_env]
         wanted += [e.password_env for e in self.exits if e.password_env]
+        if self.metrics_token_env:
+            wanted.append(self.metrics_token_env)
         missing = sorted({name for name in wanted if not env.get(name)})
         if missing:
             raise ConfigError(f"{source}: environment variable(s) not set: {', '.join(missing)}")
+        short = [
+            f"key {k.id} ({k.key_env} holds {len(env[k.key_env])})"
+            for k in self.keys
+            if len(env[k.key_env]) < MIN_KEY_LENGTH
+        ]
+        if self.metrics_token_env and len(env[self.metrics_token_env]) < MIN_KEY_LENGTH:
+            short.append(f"metrics token ({self.metrics_token_env} holds {len(env[self.metrics_token_env])})")
+        if short:
+            raise ConfigError(
+                f"{source}: {'; '.join(short)} characters: a key needs at least {MIN_KEY_LENGTH} "
+                "(make one with `openssl rand -hex 32`)"
+            )
+        if self.ca_file is not None and not os.access(self.ca_file, os.R_OK):
+            raise ConfigError(f"{source}: ca_file {self.ca_file!r} cannot be read")
 
     def marker(self, domain: str) -> re.Pattern[str] | None:
         """The block-page regex of `domain` (or a parent domain), if any."""

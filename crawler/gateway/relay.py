@@ -1,5 +1,7 @@
-"""One request through an exit: each hop cleared by the private-network guard, redirects followed if
-asked, the body decoded and bounded, and read whole or only its head (the rest left to stream)."""
+"""One request through an exit: each hop cleared by the private-network guard and pinned to the
+address it cleared (http and https alike: an https request tunnels to that address, with the name
+in its TLS server name and Host header), redirects followed if asked, the body decoded and bounded,
+and read whole or only its head (the rest left to stream)."""
 
 from __future__ import annotations
 
@@ -7,17 +9,15 @@ import asyncio
 from collections.abc import AsyncGenerator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from urllib.parse import urljoin, urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit
 
 import aiohttp
-import httpcore
-from yarl import URL
 
 from crawler.errors import BadResponse, ConnectFailed, Refused, TooLarge, TooManyRedirects
-from crawler.fetch.connect import GuardedBackend
 from crawler.fetch.decoding import ACCEPT_ENCODING
 from crawler.fetch.fetcher import HTML_TYPES, REDIRECTS, body_pieces
 from crawler.gateway.ask import Ask
+from crawler.gateway.pinning import cleared, pinned_request
 from crawler.gateway.proxies import Exit
 from crawler.gateway.session import exit_session
 from crawler.gateway.setup import Setup
@@ -30,7 +30,8 @@ DROPPED_HEADERS = frozenset({"content-encoding", "content-length", "transfer-enc
 
 
 class ProxyFailed(Exception):
-    """The exit itself failed (refused, 407, tunnel, hung): not the target's doing."""
+    """The exit itself failed (refused, 407, tunnel, hung): not the target's doing. Its text is for
+    the gateway's log only: it may name the proxy's address."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,31 +57,17 @@ class Reply:
         await self.stack.aclose()
 
 
-async def cleared(guard: GuardedBackend, url: str) -> str | None:
-    """The address a plain-http `url` is pinned to once the guard cleared its host (None for https,
-    which goes by name through CONNECT: TLS needs it); Refused or ConnectFailed if it is not cleared."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        ips = await guard.allowed(host, port)
-    except (httpcore.ConnectError, OSError, ValueError) as exc:
-        raise ConnectFailed(f"cannot resolve {host}: {exc}") from None
-    # Pinned, the proxy cannot be steered elsewhere by its own resolver.
-    return str(ips[0]) if parts.scheme == "http" else None
-
-
 class Relay:
     """Sends requests through the exits on one keep-alive session."""
 
-    def __init__(self) -> None:
-        self.session = exit_session()
+    def __init__(self, ca_file: str | None = None) -> None:
+        self.session = exit_session(ca_file)
 
     async def close(self) -> None:
         """Close the session and its connections."""
         await self.session.close()
 
-    async def send(self, setup: Setup, exit: Exit, ask: Ask, pinned: str | None, budget: float) -> Reply:
+    async def send(self, setup: Setup, exit: Exit, ask: Ask, pinned: str, budget: float) -> Reply:
         """`ask` through `exit` within `budget` seconds; ProxyFailed if the exit (not the target)
         failed, a FetchError if the target's answer cannot be passed on."""
         url, initial = ask.url, 0
@@ -104,6 +91,8 @@ class Relay:
             raise ProxyFailed(f"no answer through it within {budget:.1f}s") from None
         except (aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError) as exc:
             raise ProxyFailed(f"{type(exc).__name__}: {exc}") from None
+        except aiohttp.ClientSSLError as exc:  # the target's certificate or TLS: not the exit's doing
+            raise ConnectFailed(f"TLS with {ask.host} failed: {exc}") from None
         except aiohttp.ClientResponseError as exc:
             raise BadResponse(f"malformed response: {exc.message[:200]}", status_code=exc.status) from None
         except (aiohttp.ClientError, OSError) as exc:
@@ -111,27 +100,22 @@ class Relay:
         raise TooManyRedirects(f"more than {MAX_REDIRECTS} redirects from {ask.url}", status_code=initial)
 
     async def _get(
-        self, stack: AsyncExitStack, setup: Setup, exit: Exit, url: str, pinned: str | None
+        self, stack: AsyncExitStack, setup: Setup, exit: Exit, url: str, pinned: str
     ) -> aiohttp.ClientResponse:
-        parts = urlsplit(url)
-        target = url
+        target, host, server_name = pinned_request(url, pinned)
         headers = {
             "User-Agent": setup.config.user_agent,
             "Accept": "text/html,*/*;q=0.5",
             "Accept-Encoding": ACCEPT_ENCODING,
+            "Host": host,
         }
-        if pinned is not None:
-            host = f"[{pinned}]" if ":" in pinned else pinned
-            target = urlunsplit(
-                (parts.scheme, f"{host}:{parts.port or 80}", parts.path or "/", parts.query, "")
-            )
-            headers["Host"] = parts.netloc.rpartition("@")[2]
+        proxy = setup.proxies[exit.id]
         resp = await stack.enter_async_context(
             self.session.get(
-                URL(target, encoded=True),
-                proxy=setup.proxies[exit.id],
-                headers=headers,
+                target,
+                server_hostname=server_name,
                 allow_redirects=False,
+                **proxy.options(headers, server_name is not None),
             )
         )
         if resp.status == 407:

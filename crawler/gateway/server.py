@@ -1,5 +1,5 @@
 """crawler-gateway's HTTP service: GET /fetch (the target's answer, raw or as the JSON envelope),
-/metrics and /healthz.
+/metrics and /healthz (what they say of API keys only to a caller with the metrics token).
 
 Each request: the key (constant-time), the private-network guard on the target, then up to
 max_attempts exits from the pool (attempts.py), the first reservation also checking the key's budget
@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
 from redis.asyncio import Redis
 
 from crawler.errors import ConfigError
@@ -54,9 +56,13 @@ class Gateway:
         self.setup = Setup.of(loaded.config, self._env)
         self.metrics = GatewayMetrics()
         self.pool = Pool(redis, names, loaded.config)
-        self._relay = Relay()
+        # ca_file is read at start, as render: is; an edit of either takes effect at a restart.
+        ca_file = loaded.config.ca_file
+        self._relay = Relay(ca_file)
         render = loaded.config.render
-        self.renderer = Renderer(render, self.metrics.registry, loaded.config.user_agent) if render else None
+        self.renderer = (
+            Renderer(render, self.metrics.registry, loaded.config.user_agent, ca_file) if render else None
+        )
         self._attempts = Attempts(self.pool, self._relay, self.renderer, self.metrics)
         self.reporter = Reporter(redis, names, lambda: self.config)
         self._tasks: list[asyncio.Task[None]] = []
@@ -78,7 +84,11 @@ class Gateway:
 
     async def _start(self, _: web.Application) -> None:
         if self.renderer is not None:
-            await self.renderer.start()
+            try:
+                await self.renderer.start()
+            except BaseException:  # a browser that cannot start: nothing is left open
+                await self._relay.close()
+                raise
         self._tasks = [
             asyncio.create_task(self._watch()),
             asyncio.create_task(self._probe()),
@@ -129,14 +139,21 @@ class Gateway:
 
     # -- operations ------------------------------------------------------------------------------
 
-    async def serve_metrics(self, _: web.Request) -> web.Response:
-        """Prometheus text format."""
-        return web.Response(
-            body=generate_latest(self.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+    def _operator(self, request: web.Request) -> bool:
+        """Whether `request` carries the metrics token (Authorization: Bearer), compared in constant time."""
+        token = self.setup.metrics_token
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        return token is not None and hmac.compare_digest(token.encode(), given.encode())
 
-    async def healthz(self, _: web.Request) -> web.Response:
-        """200 when Redis answers and some exit is alive; 503 saying which is not."""
+    async def serve_metrics(self, request: web.Request) -> web.Response:
+        """Prometheus text format; the series labelled by API key only with the metrics token."""
+        registry = self.metrics.registry
+        body = generate_latest(registry if self._operator(request) else _Keyless(registry))
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        """200 when Redis answers and some exit is alive; 503 saying which is not. What the renderer
+        is doing (renders in flight, the keys' sessions) only with the metrics token."""
         try:
             await self._redis.ping()
             dead = await self.pool.dead()
@@ -144,11 +161,16 @@ class Gateway:
             return web.json_response({"ok": False, "error": f"redis: {type(exc).__name__}"}, status=503)
         exits = self.setup.config.exits
         alive = len(exits) - len(dead)
+        render: dict[str, int] | None = None
+        if self.renderer is not None:
+            render = self.renderer.pool.health()
+            if not self._operator(request):
+                render = {k: v for k, v in render.items() if k in ("browsers", "contexts")}
         body: dict[str, Any] = {
             "ok": alive > 0,
             "exits": len(exits),
             "dead": [e.id for e in dead],
-            "render": self.renderer.pool.health() if self.renderer is not None else None,
+            "render": render,
         }
         return web.json_response(body, status=200 if alive else 503)
 
@@ -187,7 +209,25 @@ class Gateway:
                     with contextlib.suppress(Exception):
                         async with asyncio.timeout(5):
                             proxy = setup.proxies[exit.id]
-                            async with self._relay.session.get(url, proxy=proxy) as resp:
+                            tls = url.startswith("https:")
+                            get = self._relay.session.get(url, **proxy.options({}, tls))
+                            async with get as resp:
                                 if resp.status < 500 and resp.status != 407:
                                     await self.pool.revive(exit)
                                     log.info("exit %s answers again: alive", exit.id)
+
+
+class _Keyless:
+    """A registry's metrics without the series labelled by API key (ids and credits): what /metrics
+    shows a caller without the metrics token."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        """Each metric, its keyed samples left out."""
+        for metric in self._registry.collect():
+            samples = [s for s in metric.samples if "key" not in s.labels]
+            if samples or not metric.samples:
+                metric.samples = samples
+                yield metric

@@ -13,6 +13,11 @@ from crawler.errors import ConfigError
 Health = Callable[[], tuple[bool, str]]
 """Whether the program is healthy, and a line saying why."""
 
+# Metrics and health are served on loopback unless --metrics-addr says otherwise: queue names, domains
+# and the fleet's load are for the operator's Prometheus, which a deployment points at an address
+# it chooses (deploy/ gives 0.0.0.0 inside its pods and containers).
+METRICS_ADDR = "127.0.0.1"
+
 
 def serve(registry: CollectorRegistry, port: int, addr: str, health: Health) -> MetricsServer:
     """Serve `registry` at /metrics and `health` at /healthz (200, else 503)."""

@@ -42,6 +42,9 @@ class WorkerRecord:
     started: str  # ISO 8601, UTC
     beat: float  # Unix time of this beat, by the worker's clock
     ttl: float
+    # Its finished WARC files not yet in object storage, and its last upload's error ("" if none).
+    archive_waiting: int = 0
+    archive_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,8 @@ class Heartbeat:
             started=self.started,
             beat=time.time(),
             ttl=self.ttl,
+            archive_waiting=readings.archive_waiting(self.metrics),
+            archive_error=self.metrics.archive_upload_error,
         )
 
     async def beat(self) -> None:

@@ -19,6 +19,8 @@ from crawler.names import GONE_KEPT
 
 log = logging.getLogger(__name__)
 
+REMOVE_WAIT = 5.0  # seconds a stopping process gives Redis to remove its record
+
 Liveness = Literal["live", "late", "gone"]
 BEATS_PER_TTL = 3  # renewals a process may miss, less one, before its key expires
 _ORDER = {"live": 0, "late": 1, "gone": 2}
@@ -89,6 +91,15 @@ class Board:
             await redis.hdel(self.hash, *stale)
 
 
+def _still_cancelled() -> None:
+    """Raise CancelledError if this task was asked to stop: a cancellation that landed inside a Redis
+    call can come out of it as a timeout (Python 3.11's asyncio.timeout turns one into the other when
+    both fall at once), and the loop would otherwise go on, holding its owner's stop for ever."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def renew(
     write: Callable[[], Awaitable[object]],
     remove: Callable[[], Awaitable[None]],
@@ -107,9 +118,12 @@ async def renew(
                 await write()
             except (RedisError, OSError) as exc:
                 log.warning("%s not written (%s); trying again in %.1fs", what, exc, interval)
+            _still_cancelled()
             await asyncio.sleep(interval)
     finally:
+        # Bounded: a stop must not hang on Redis (a command cut short by the cancellation can leave
+        # the next one waiting); a record not removed expires all the same.
         try:
-            await asyncio.shield(remove())
-        except (RedisError, OSError) as exc:
-            log.warning("%s not removed (%s); it expires in %.0fs", what, exc, ttl)
+            await asyncio.wait_for(asyncio.shield(remove()), REMOVE_WAIT)
+        except (RedisError, OSError, TimeoutError) as exc:
+            log.warning("%s not removed (%r); it expires in %.0fs", what, exc, ttl)

@@ -12,6 +12,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from crawler.names import TRACE_LOGGER
 from crawler.redact import RedactingFormatter, redact
 
 FORMATS = ("text", "json")
@@ -79,9 +80,10 @@ class _QuietReconnects(logging.Filter):
         return True
 
 
-def setup(verbose: bool, fmt: str = "text", quiet: bool = True) -> None:
+def setup(verbose: bool, fmt: str = "text", quiet: bool = True, trace: bool = False) -> None:
     """Logging of a program: to stderr in `fmt`, the crawler's own lines at INFO, libraries' only when
-    `verbose`; `quiet` keeps the root at WARNING unless `verbose` (a server logs its requests at INFO)."""
+    `verbose`; `quiet` keeps the root at WARNING unless `verbose` (a server logs its requests at INFO);
+    `trace`: each URL's way too (TRACE_LOGGER)."""
     handler = StderrHandler()
     handler.addFilter(_QuietReconnects())
     handler.setFormatter(formatter(fmt))
@@ -97,6 +99,7 @@ def setup(verbose: bool, fmt: str = "text", quiet: bool = True) -> None:
     logging.getLogger("alembic").setLevel(logging.INFO if verbose else logging.WARNING)
     # A line per page is a lot: only when asked.
     logging.getLogger("crawler.pages").setLevel(logging.INFO if verbose else logging.WARNING)
+    logging.getLogger(TRACE_LOGGER).setLevel(logging.DEBUG if trace else logging.WARNING)
 
 
 def outcome(

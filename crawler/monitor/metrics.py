@@ -207,6 +207,12 @@ class Metrics:
             buckets=ACK_BUCKETS,
             registry=r,
         )
+        self.ack_frames = Counter(
+            "crawler_ack_frames",
+            "basic.ack frames sent for deliveries done: single, or multiple (covering a run of them)",
+            ["kind"],
+            registry=r,
+        )
         self.refreshes = Counter(
             "crawler_refreshes",
             "Stored pages fetched again on their schedule, by what the fetch found",
@@ -244,6 +250,45 @@ class Metrics:
             ["domain"],
             registry=r,
         )
+        self.archive_uploads = Counter(
+            "crawler_archive_uploads",
+            "WARC files this process tried to upload to object storage, by outcome (uploaded, failed)",
+            ["outcome"],
+            registry=r,
+        )
+        self.archive_uploaded_bytes = Counter(
+            "crawler_archive_uploaded_bytes", "Bytes of WARC files uploaded to object storage", registry=r
+        )
+        self.archive_waiting = Gauge(
+            "crawler_archive_files_waiting",
+            "Finished WARC files in this process's spool not yet in object storage",
+            registry=r,
+        )
+        self.archive_waiting_bytes = Gauge(
+            "crawler_archive_bytes_waiting",
+            "Bytes of the finished WARC files waiting for their upload",
+            registry=r,
+        )
+        self.archive_upload_seconds = Histogram(
+            "crawler_archive_upload_seconds",
+            "Seconds a WARC file's upload took, checks included",
+            buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=r,
+        )
+        self.webhook_deliveries = Counter(
+            "crawler_webhook_deliveries",
+            "Versions POSTed to webhook receivers, by receiver (host) and outcome (delivered, retried, dead)",
+            ["webhook", "outcome"],
+            registry=r,
+        )
+        self.webhook_seconds = Histogram(
+            "crawler_webhook_seconds",
+            "Seconds a version's POSTs to its receivers took, together",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        # The last upload's error, "" once one succeeds: shown by `crawler status` (a text, no gauge).
+        self.archive_upload_error = ""
         self.inflight = Gauge(
             "crawler_inflight_messages",
             "Messages being processed now (delivered, not acked)",
@@ -364,6 +409,31 @@ class Metrics:
         self.archive_records.labels(domain, "revisit" if revisit else "response").inc()
         self.archive_bytes.labels(domain).inc(nbytes)
 
+    def observe_upload(self, nbytes: int, seconds: float) -> None:
+        """A WARC file is in object storage, `nbytes` long, after `seconds`."""
+        self.archive_uploads.labels("uploaded").inc()
+        self.archive_uploaded_bytes.inc(nbytes)
+        self.archive_upload_seconds.observe(seconds)
+        self.archive_upload_error = ""
+
+    def observe_upload_failed(self, error: str) -> None:
+        """A WARC file's upload failed; it stays in the spool."""
+        self.archive_uploads.labels("failed").inc()
+        self.archive_upload_error = error[:300]
+
+    def observe_uploads_waiting(self, files: int, nbytes: int) -> None:
+        """Finished WARC files waiting for their upload, and their size."""
+        self.archive_waiting.set(files)
+        self.archive_waiting_bytes.set(nbytes)
+
+    def observe_webhook(self, host: str, outcome: str) -> None:
+        """A version's delivery to the receiver on `host`: delivered, retried or dead."""
+        self.webhook_deliveries.labels(host, outcome).inc()
+
+    def observe_webhook_seconds(self, seconds: float) -> None:
+        """How long one version's POSTs took."""
+        self.webhook_seconds.observe(seconds)
+
     def observe_error(self, domain: str, kind: str) -> None:
         """A failure that is not a fetch's (e.g. "internal": the broker or database failed)."""
         self.errors.labels(domain, kind).inc()
@@ -392,6 +462,13 @@ class Metrics:
     def observe_ack_delay(self, after: AckAfter, seconds: float) -> None:
         """The time from a delivery's work being done to its ack being written."""
         self.ack_delay.labels(after).observe(seconds)
+
+    def observe_ack_frames(self, single: int, multiple: int) -> None:
+        """Ack frames written for deliveries done: `single` alone, `multiple` each covering a run."""
+        if single:
+            self.ack_frames.labels("single").inc(single)
+        if multiple:
+            self.ack_frames.labels("multiple").inc(multiple)
 
     def add_credits(self, backend: str, n: float) -> None:
         """Credits a paid fetch backend spent (called by the backend)."""

@@ -88,6 +88,11 @@ def pages_done(metrics: Metrics) -> int:
     return int(_sum(metrics.pages))
 
 
+def archive_waiting(metrics: Metrics) -> int:
+    """Finished WARC files of this worker not yet in object storage."""
+    return int(_sum(metrics.archive_waiting))
+
+
 def health(metrics: Metrics, max_age: float = HEARTBEAT_TTL, now: float | None = None) -> tuple[bool, str]:
     """Whether the last heartbeat is at most `max_age` seconds old, and a line saying so."""
     beat = _sum(metrics.heartbeat)
@@ -116,6 +121,18 @@ def ack_delay_quantile(metrics: Metrics, q: float, after: AckAfter) -> tuple[int
             return count, lower + (upper - lower) * (rank - below) / (cumulative - below)
         lower, below = upper, cumulative
     return count, lower
+
+
+def ack_frames(metrics: Metrics) -> tuple[int, int]:
+    """Ack frames written for deliveries done so far, and how many of them were `multiple`."""
+    single = multiple = 0.0
+    for s in _samples(metrics.ack_frames):
+        if s.name.endswith("_total"):
+            if s.labels.get("kind") == "multiple":
+                multiple += s.value
+            else:
+                single += s.value
+    return int(single + multiple), int(multiple)
 
 
 def exported_names(registry: CollectorRegistry) -> set[str]:

@@ -310,11 +310,22 @@ def _freshness_cells(f: dict[str, Any]) -> list[str]:
 
 def _worker_rows(data: dict[str, Any]) -> list[list[str]]:
     rows = [["worker", "state", "last beat", "pages", "started", "domains"]]
+    # Archives in object storage: a column only while some worker has files waiting or failing.
+    uploads = any(w.get("archive_waiting") or w.get("archive_error") for w in data["workers"])
+    if uploads:
+        rows[0].append("archive uploads")
     for w in data["workers"]:
         beat = "-" if w["age"] is None else f"{w['age']:.1f}s ago"
         who = f"{w['host']} pid {w['pid']} ({w['role']})"
         rows.append([who, w["state"], beat, str(w["pages"]), w["started"], _domains_cell(w["domains"])])
+        if uploads:
+            rows[-1].append(_uploads_cell(w.get("archive_waiting", 0), w.get("archive_error", "")))
     return rows
+
+
+def _uploads_cell(waiting: int, error: str) -> str:
+    cell = f"{waiting} file(s) waiting" if waiting else "none waiting"
+    return f"{cell}; last failed: {error[:80]}" if error else cell
 
 
 def _domains_cell(domains: list[str], most: int = 5) -> str:

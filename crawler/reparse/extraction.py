@@ -11,11 +11,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from itertools import groupby
-from pathlib import Path
 from typing import Literal
 
 import httpx
 
+from crawler.archive.reader import RECORD_HEADROOM
+from crawler.archive.source import ArchiveSource
 from crawler.config import CrawlConfig
 from crawler.errors import ArchiveError
 from crawler.fetch.fetcher import HTML_TYPES, REDIRECTS
@@ -42,7 +43,7 @@ class Result:
 @dataclass(slots=True)
 class _Process:
     config: CrawlConfig
-    directory: Path
+    source: ArchiveSource
     loop: asyncio.AbstractEventLoop
     fields: dict[str, Fields] = field(default_factory=dict)
 
@@ -50,12 +51,12 @@ class _Process:
 _process: _Process | None = None
 
 
-def start(config: CrawlConfig, directory: str) -> None:
-    """A pool process's start: its configuration, archive directory and loop."""
+def start(config: CrawlConfig, source: ArchiveSource) -> None:
+    """A pool process's start: its configuration, where the archive is, and its loop."""
     global _process
     # Ctrl-C reaches the whole process group: the parent stops the run, each process its batch.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _process = _Process(config, Path(directory), asyncio.new_event_loop())
+    _process = _Process(config, source, asyncio.new_event_loop())
     threading.Thread(target=_orphaned, args=(os.getppid(),), daemon=True).start()
 
 
@@ -73,8 +74,9 @@ def reread(targets: Sequence[Target], links: bool = True) -> list[Result]:
     process = _process
     assert process is not None, "start() first"
     results: list[Result] = []
-    for name, group in groupby(targets, key=lambda t: t.archived.file):
-        with ArchiveFile(process.directory, name) as file:
+    for name, grouped in groupby(targets, key=lambda t: t.archived.file):
+        group = list(grouped)
+        with ArchiveFile(process.source, name, [t.archived for t in group]) as file:
             results.extend(_reread(process, file, target) for target in group)
     if links:
         return results
@@ -83,8 +85,10 @@ def reread(targets: Sequence[Target], links: bool = True) -> list[Result]:
 
 
 def _reread(process: _Process, file: ArchiveFile, target: Target) -> Result:
+    # A record holds at most the body its domain's max_body_bytes let through, and its headers.
+    limit = process.config.rules_for(target.domain).max_body_bytes + RECORD_HEADROOM
     try:
-        answer = file.answer(target.archived)
+        answer = file.answer(target.archived, limit)
     except ArchiveError as exc:
         return Result(target, "missing", note=str(exc))
     stored = answer.stored

@@ -13,6 +13,7 @@ from aio_pika.abc import AbstractConnection
 from redis.asyncio import Redis
 
 from crawler.config import CrawlConfig
+from crawler.connections import publishing_channel
 from crawler.dedup.store import SeenStore
 from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.exchanges import declare, topology
@@ -88,7 +89,7 @@ async def links_into(
         await declare(channel, topology(config, names))
     finally:
         await channel.close()
-    channel = await connection.channel(publisher_confirms=True)
+    channel = await publishing_channel(connection)
     try:
         exchange = await channel.get_exchange(names.frontier, ensure=False)
         yield Links(Router(config, exchange, seen, PageQuota(redis, names)), CrawlState(redis, names))

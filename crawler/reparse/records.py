@@ -8,19 +8,20 @@ again by `crawler.archive.read`, which says what is wrong.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO
 
 from warcio.recordloader import ArcWarcRecordLoader
 
 from crawler.archive import Archived, Stored, read
 from crawler.archive.builder import RENAMED_PREFIX
-from crawler.archive.writer import OPEN
+from crawler.archive.source import ArchiveSource
 from crawler.errors import ArchiveError
+from crawler.storage import is_object_url
 
 _LOADER = ArcWarcRecordLoader(verify_http=False)  # as warcio's ArchiveIterator parses records
 _GZIP = zlib.MAX_WBITS | 16
@@ -34,44 +35,91 @@ class Answer:
     truncated: bool = False
 
 
-class ArchiveFile:
-    """One file of the archive, open while the pages it holds are read (a `with` block)."""
+# Records of one file read from object storage in one ranged GET while they lie this close together,
+# up to a span this long: a batch's pages of one file are mostly neighbours.
+GAP = 256 * 1024
+SPAN = 16 * 1024 * 1024
 
-    def __init__(self, directory: Path, name: str) -> None:
-        self._directory = directory
+
+class ArchiveFile:
+    """One file of the archive, open while the pages it holds are read (a `with` block): a local file
+    (in the directory, or the spool while its upload waits), else its object in object storage, the
+    records `wanted` read in a few ranged GETs."""
+
+    def __init__(self, source: ArchiveSource, name: str, wanted: Sequence[Archived] = ()) -> None:
+        self._source = source
         self._name = name
+        self._wanted = sorted(wanted, key=lambda a: a.offset)
         self._file: IO[bytes] | None = None
+        self._spans: dict[int, tuple[int, int]] = {}  # a record's offset -> its span's (start, end)
+        self._read: dict[tuple[int, int], bytes] = {}
 
     def __enter__(self) -> ArchiveFile:
-        for path in (self._directory / self._name, self._directory / (self._name + OPEN)):
-            try:
+        try:
+            path = self._source.local(self._name)
+        except ArchiveError:
+            return self  # not a file of the archive: `read` says so, page by page
+        if path is not None:
+            # Not readable: `read` names the trouble, page by page.
+            with contextlib.suppress(OSError):
                 self._file = path.open("rb")
-                break
-            except OSError:
-                continue  # not there, or not readable: `read` names the trouble, page by page
+        elif is_object_url(self._name):
+            self._plan()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._file is not None:
             self._file.close()
 
-    def answer(self, archived: Archived) -> Answer:
-        """The answer whose records `archived` points at; ArchiveError if they cannot be read."""
+    def _plan(self) -> None:
+        start = end = -1
+        members: list[int] = []
+        for archived in self._wanted:
+            stop = archived.offset + archived.length
+            if members and archived.offset - end <= GAP and stop - start <= SPAN:
+                end = max(end, stop)
+            else:
+                self._spans.update({offset: (start, end) for offset in members})
+                start, end, members = archived.offset, stop, []
+            members.append(archived.offset)
+        self._spans.update({offset: (start, end) for offset in members})
+
+    def _bytes(self, archived: Archived) -> bytes | None:
         if self._file is not None:
             self._file.seek(archived.offset)
-            found = _parsed(self._file.read(archived.length), archived.length)
+            return self._file.read(archived.length)
+        span = self._spans.get(archived.offset)
+        if span is None or archived.offset + archived.length > span[1]:
+            return None
+        if span not in self._read:
+            self._read.clear()  # spans come in offset order: one held at a time
+            whole = Archived(self._name, span[0], span[1] - span[0], archived.digest, archived.date)
+            try:
+                self._read[span] = self._source.record(whole)
+            except ArchiveError:
+                return None
+        start = archived.offset - span[0]
+        return self._read[span][start : start + archived.length]
+
+    def answer(self, archived: Archived, limit: int) -> Answer:
+        """The answer whose records `archived` points at, none inflating past `limit` bytes;
+        ArchiveError if they cannot be read (or inflate further: a gzip bomb is not held)."""
+        data = self._bytes(archived)
+        if data is not None:
+            found = _parsed(data, archived.length, limit)
             if found is not None:
                 return found
-        return Answer(read(self._directory, archived))  # raises ArchiveError, saying what is wrong
+        return Answer(read(self._source, archived, limit))  # raises ArchiveError, saying what is wrong
 
 
-def _parsed(data: bytes, length: int) -> Answer | None:
-    """The response (and conversion) of an exchange's records; None if they are not as written."""
+def _parsed(data: bytes, length: int, limit: int) -> Answer | None:
+    """The response (and conversion) of an exchange's records; None if they are not as written;
+    ArchiveError if one inflates past `limit` bytes."""
     if len(data) < length:
         return None
     try:
         found: Answer | None = None
-        for member in _members(data):
+        for member in _members(data, limit):
             record = _LOADER.parse_record_stream(io.BytesIO(member), no_record_parse=found is not None)
             kind = record.rec_type
             if found is None:
@@ -97,15 +145,24 @@ def _parsed(data: bytes, length: int) -> Answer | None:
             else:
                 break  # the request: an exchange's last record
         return found
+    except _TooLong:
+        raise ArchiveError(f"a record inflates past {limit} bytes: not read") from None
     except Exception:  # warcio's and zlib's many errors: whatever it is, `read` says it better
         return None
 
 
-def _members(data: bytes) -> Iterator[bytes]:
-    """Each gzip member of `data`, inflated; ArchiveError at one that is cut."""
+class _TooLong(Exception):
+    """A gzip member inflates past the limit."""
+
+
+def _members(data: bytes, limit: int) -> Iterator[bytes]:
+    """Each gzip member of `data`, inflated up to `limit` bytes; _TooLong past it, ArchiveError at
+    a member that is cut."""
     while data:
         inflater = zlib.decompressobj(_GZIP)
-        member = inflater.decompress(data)
+        member = inflater.decompress(data, limit + 1)
+        if len(member) > limit:
+            raise _TooLong
         if not inflater.eof:
             raise ArchiveError("a gzip member is cut")
         yield member

@@ -15,7 +15,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import chain
+from pathlib import Path
 
+from crawler.archive.source import ArchiveSource
 from crawler.config import CrawlConfig
 from crawler.reparse.extraction import Result, reread, start
 from crawler.reparse.linking import Links
@@ -52,7 +54,7 @@ class Reparser:
         self,
         config: CrawlConfig,
         store: ReparseStore,
-        archive_dir: str,
+        archive: ArchiveSource | str,
         selection: Selection,
         *,
         workers: int,
@@ -61,7 +63,8 @@ class Reparser:
     ) -> None:
         self._config = config
         self._store = store
-        self._archive_dir = archive_dir
+        # A directory's name: the local archive there.
+        self._archive = archive if isinstance(archive, ArchiveSource) else ArchiveSource(Path(archive))
         self._selection = selection
         self._workers = workers
         self._links = links
@@ -82,7 +85,7 @@ class Reparser:
         # spawn: a forked child would inherit the parent's sockets and event loop.
         context = multiprocessing.get_context("spawn")
         pool = ProcessPoolExecutor(
-            self._workers, context, initializer=start, initargs=(self._config, self._archive_dir)
+            self._workers, context, initializer=start, initargs=(self._config, self._archive)
         )
         ahead: deque[tuple[list[Target], Reading]] = deque()
         after, exhausted = run.last_page_id, False

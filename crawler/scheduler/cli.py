@@ -16,10 +16,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from crawler import connections
+from crawler import connections, stopping
 from crawler.config import CrawlConfig, load_config, parse_duration
 from crawler.errors import ConfigError, CrawlerError
 from crawler.monitor import endpoint, logs
+from crawler.monitor.endpoint import METRICS_ADDR
 from crawler.programs import EXIT_USAGE, Parser, loop_factory
 from crawler.redact import redact
 from crawler.scheduler.metrics import SchedulerMetrics
@@ -70,7 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--metrics-port", type=_port, help="serve Prometheus metrics on this port")
     parser.add_argument(
-        "--metrics-addr", default="0.0.0.0", help="address to serve metrics on (default: all)"
+        "--metrics-addr",
+        default=METRICS_ADDR,
+        help=f"address to serve metrics on (default {METRICS_ADDR}: this machine only; 0.0.0.0 for all)",
     )
     parser.add_argument("--config", help="domains.yaml (default: $CRAWLER_CONFIG or config/domains.yaml)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each pass's publishes")
@@ -131,9 +134,6 @@ async def serve(settings: Settings, config: CrawlConfig, args: argparse.Namespac
             scheduling(settings, live, connection, timing=timing, metrics=metrics) as scheduler,
         ):
             stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, stop.set)
             where = f"; metrics on http://{args.metrics_addr}:{server.port}/metrics" if server else ""
             log.info(
                 "crawler-scheduler ready: %d domain(s) recrawl, %gs of their rates queued ahead, "
@@ -144,7 +144,8 @@ async def serve(settings: Settings, config: CrawlConfig, args: argparse.Namespac
                 redact(settings.amqp_url),
                 where,
             )
-            await scheduler.run(stop, on_pass=lambda: passed.__setitem__(0, time.monotonic()))
+            with stopping.handled(lambda _: stop.set(), (signal.SIGINT,)):
+                await scheduler.run(stop, on_pass=lambda: passed.__setitem__(0, time.monotonic()))
     finally:
         if server is not None:
             await asyncio.to_thread(server.close)
@@ -161,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = replace(settings, config_path=args.config)
         config = load_config(settings.config_path)
         with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            runner.run(serve(settings, config, args))
+            stopping.run(runner, lambda: serve(settings, config, args))
     except CrawlerError as exc:
         print(f"crawler-scheduler: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USAGE

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from aio_pika.abc import AbstractRobustConnection
 
 from crawler.config import CrawlConfig
+from crawler.connections import publishing_channel
 from crawler.frontier.exchanges import declare, topology
 from crawler.scheduler.metrics import SchedulerMetrics
 from crawler.scheduler.scheduler import DEFAULT_TIMING, Scheduler, Timing
@@ -27,7 +28,7 @@ async def scheduling(
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> AsyncIterator[Scheduler]:
     """A scheduler publishing on `connection` (a channel of its own, with confirms) from the sink."""
-    channel = await connection.channel(publisher_confirms=True)
+    channel = await publishing_channel(connection)
     schedule = Schedule(settings.database_url)
     try:
         await declare(channel, topology(config(), settings.names))

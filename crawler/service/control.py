@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from crawler.archive import Stored, read
+from crawler.archive.source import ArchiveSource
 from crawler.config import CrawlConfig, with_dedup_mode
-from crawler.errors import BadURL, ConfigError, NotFound
+from crawler.errors import ArchiveError, BadURL, ConfigError, NotFound
 from crawler.frontier import dead
 from crawler.frontier.crawls import (
     SERIES_STEPS,
@@ -33,6 +35,7 @@ from crawler.service.health import DomainHealth, domain_health
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlRecord, CrawlStore
 from crawler.sink.crawls import CrawlState as State
+from crawler.sink.domains import DomainStore
 from crawler.sink.history import PageHistory, PageState, StoredVersion
 from crawler.sink.sql import migrate
 from crawler.worker import wiring
@@ -199,13 +202,15 @@ class Control:
         f: wiring.Frontier,
         store: CrawlStore,
         history: PageHistory,
+        domains: DomainStore | None = None,
     ) -> None:
         self.settings = settings
         self.config = config
         self._f = f
         self._store = store
         self._history = history
-        self._state = CrawlState(f.redis, settings.names)
+        # Pauses kept in the database too: a paused domain stays paused across a Redis loss.
+        self._state = CrawlState(f.redis, settings.names, domains)
         self._status_read: tuple[float, asyncio.Task[dict[str, Any]]] | None = None
 
     @classmethod
@@ -220,8 +225,10 @@ class Control:
             stack.callback(store.close)
             history = PageHistory(settings.database_url)
             stack.callback(history.close)
+            domains = DomainStore(settings.database_url)
+            stack.callback(domains.close)
             await wiring.declare_topology(f, settings, config)
-            yield cls(settings, config, f, store, history)
+            yield cls(settings, config, f, store, history, domains)
 
     # Crawls
 
@@ -433,6 +440,19 @@ class Control:
             raise NotFound(f"no page is stored for {canon}")
         return found
 
+    async def page_archived(self, page: int) -> Stored:
+        """Page `page`'s latest answer as the archive holds it (a ranged GET for a record in object
+        storage); NotFound if there is no such page, or no record of it."""
+        stored, archived = await asyncio.to_thread(self._history.archived, page)
+        if not stored:
+            raise NotFound(f"no page {page}: GET /v1/pages?url=URL gives a page's id")
+        if archived is None:
+            raise NotFound(f"page {page} has no archived answer: its domain does not set `archive: true`")
+        try:
+            return await asyncio.to_thread(read, ArchiveSource.of(self.settings), archived)
+        except ArchiveError as exc:
+            raise NotFound(f"page {page}'s archived answer cannot be read: {exc}") from None
+
     async def page_versions(self, page: int, before: int | None = None, limit: int = 100) -> VersionsView:
         """Up to `limit` versions of page `page` numbered below `before`, newest first; NotFound."""
         # One more than asked says whether there is a next page.
@@ -450,6 +470,14 @@ class Control:
         """The dead letters that match, oldest first; the queue is left as it was."""
         return await dead.list_dead(
             self._f.connection, self.settings.names, dead.matcher(domain, reason), limit
+        )
+
+    async def dead_page(
+        self, domain: str | None, reason: str | None, limit: int, after: int = 0
+    ) -> dead.DeadPage:
+        """A page of the dead letters that match, from position `after`; the queue is left as it was."""
+        return await dead.page_dead(
+            self._f.connection, self.settings.names, dead.matcher(domain, reason), limit, after
         )
 
     async def dead_groups(self) -> list[DeadGroup]:

@@ -7,9 +7,9 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DeadReason = Literal["transient", "invalid", "rejected", "delivery_limit", "unknown"]
+DeadReason = Literal["transient", "invalid", "rejected", "delivery_limit", "webhook", "unknown"]
 """Why a message is in the dead queue: retries used up, unreadable, rejected, returned too often to a
-quorum queue (its delivery limit), or not said."""
+quorum queue (its delivery limit), a webhook's receiver never took it, or not said."""
 DEAD_REASONS: tuple[str, ...] = get_args(DeadReason)
 DEAD_LIMIT = (1, 10_000)  # how many dead letters one listing may show, at least and at most
 

@@ -52,7 +52,7 @@ async def migrate_frontier(settings: Settings, config: CrawlConfig, domains: Seq
                 await state.resume(domain)
 
         async def opened() -> AbstractRobustChannel:
-            return await connection.channel(publisher_confirms=True, on_return_raises=True)
+            return await connections.publishing_channel(connection)
 
         migration = Migration(opened, config.frontier, inspect, state.pause, resume)
         moved = await migration.run(groups(config, settings.names, domains))

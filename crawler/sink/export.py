@@ -9,6 +9,7 @@ pass over `data` alone, which holds only the set of field names and their types.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import sys
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -24,9 +25,11 @@ from sqlalchemy.exc import DBAPIError
 from crawler.errors import ConfigError, NotFound, SinkError
 from crawler.sink.sql import create_sink_engine, engine_url
 from crawler.sink.tables import Page, PageVersion
+from crawler.storage import PartWriter
 
 FORMATS = ("jsonl", "csv", "parquet")
 BATCH = 2_000
+UPLOAD_BUFFER = 1 << 20  # text gathered before it goes to an upload's part buffer
 COLUMNS = (
     "id",
     "url",
@@ -126,14 +129,17 @@ def _kind(value: Any) -> str:
     return "json"  # lists and groups: JSON text in a CSV cell or Parquet string
 
 
-def export(database_url: str, fmt: str, out: Path | None, query: Query = Query(), batch: int = BATCH) -> int:
-    """Write the selected rows to `out` (stdout if None) in `fmt`; return how many were written."""
+def export(
+    database_url: str, fmt: str, out: Path | PartWriter | None, query: Query = Query(), batch: int = BATCH
+) -> int:
+    """Write the selected rows to `out` (a file, an object being uploaded, or stdout if None) in
+    `fmt`; return how many were written."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
     if fmt == "parquet":
         _need_pyarrow()
         if out is None:
-            raise ConfigError("--format parquet writes a file: give --out FILE")
+            raise ConfigError("--format parquet writes a file: give --out FILE or --to s3://BUCKET/KEY")
     url = engine_url(database_url)
     engine = create_sink_engine(url)
     try:
@@ -145,6 +151,9 @@ def export(database_url: str, fmt: str, out: Path | None, query: Query = Query()
                 return _parquet(engine, query, out, batch)
             if out is None:
                 stream: IO[str] = sys.stdout
+            elif isinstance(out, PartWriter):
+                stream = io.TextIOWrapper(io.BufferedWriter(out, UPLOAD_BUFFER), encoding="utf-8", newline="")
+                stack.callback(_detached, stream)  # flushed into the upload, which its owner ends
             else:
                 stream = stack.enter_context(out.open("w", encoding="utf-8", newline=""))
             if fmt == "jsonl":
@@ -155,6 +164,11 @@ def export(database_url: str, fmt: str, out: Path | None, query: Query = Query()
         raise SinkError(f"exporting from {url.render_as_string(hide_password=True)} failed: {text}") from exc
     finally:
         engine.dispose()
+
+
+def _detached(stream: io.TextIOWrapper) -> None:
+    stream.flush()
+    stream.detach()
 
 
 def _known(engine: Any, domain: str) -> None:
@@ -227,7 +241,20 @@ def _field_columns(engine: Any, query: Query, batch: int) -> _FieldColumns:
 
 def _cell(value: Any) -> Any:
     if isinstance(value, list | dict):
-        return json.dumps(value, ensure_ascii=False)
+        return _inert(json.dumps(value, ensure_ascii=False))
+    return _inert(value)
+
+
+# A spreadsheet takes a cell starting with one of these for a formula (OWASP, "CSV Injection"): a
+# crawled page could make =HYPERLINK(...) run on whoever opens the export.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _inert(value: Any) -> Any:
+    """A text cell made inert: prefixed with ' when a spreadsheet would read it as a formula. Numbers
+    (typed, not text) are left as they are; the csv writer quotes whatever needs it."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
     return value
 
 
@@ -235,11 +262,11 @@ def _csv(engine: Any, query: Query, stream: IO[str], batch: int) -> int:
     shape = _shape(query)
     names = _field_columns(engine, query, batch).names(shape.columns)
     writer = csv.writer(stream)
-    writer.writerow([*shape.columns, *names.values()])
+    writer.writerow([_inert(name) for name in (*shape.columns, *names.values())])
     count = 0
     for row in _rows(engine, _select(query, *shape.select()), batch):
         data = row[-1] if isinstance(row[-1], dict) else {}
-        fixed = [_plain(name, value) for name, value in zip(shape.columns, row, strict=False)]
+        fixed = [_inert(_plain(name, value)) for name, value in zip(shape.columns, row, strict=False)]
         writer.writerow([*fixed, *(_cell(data.get(key)) for key in names)])
         count += 1
     return count
@@ -254,7 +281,7 @@ def _need_pyarrow() -> None:
         ) from None
 
 
-def _parquet(engine: Any, query: Query, out: Path, batch: int) -> int:
+def _parquet(engine: Any, query: Query, out: Path | PartWriter, batch: int) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from crawler.archive import Archived
 from crawler.sink.reader import Reader
 from crawler.sink.tables import Page, PageVersion
 
@@ -92,6 +93,17 @@ class PageHistory(Reader):
         """The stored page at `url` (a canonical URL), or None."""
         rows = self._rows(select(*_PAGE).where(Page.url == url), "a page")
         return PageState(*(_utc(value) for value in rows[0])) if rows else None
+
+    def archived(self, page: int) -> tuple[bool, Archived | None]:
+        """Whether page `page` is stored, and where its latest answer's records are (None: nowhere)."""
+        columns = (Page.warc_file, Page.warc_offset, Page.warc_length, Page.warc_digest, Page.warc_date)
+        rows = self._rows(select(*columns).where(Page.id == page), "a page")
+        if not rows:
+            return False, None
+        file, offset, length, digest, date = rows[0]
+        if file is None or offset is None or length is None:
+            return True, None
+        return True, Archived(file, offset, length, digest or "", date or "")
 
     def versions(self, page: int, before: int | None, limit: int) -> list[StoredVersion] | None:
         """Up to `limit` versions of page `page` numbered below `before` (None: from its newest),

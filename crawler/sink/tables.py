@@ -1,6 +1,6 @@
 """The tables: `pages` (the latest state of each crawled URL), `page_versions` (its history), and
 the sitemaps read (`sitemaps`), the origins whose sitemaps are read in rounds (`sitemap_origins`),
-and the runs of `crawler reparse` (`reparses`)."""
+the runs of `crawler reparse` (`reparses`), and each domain's pause and back-off (`domain_state`)."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ class Page(Base):
     version: Mapped[int | None] = mapped_column(Integer)  # its newest row in page_versions (None: none)
     # Where its latest answer is in the WARC archive (crawler/archive/; None: not archived): the
     # file, the byte range of its records, and the payload's digest and date a revisit refers to.
-    warc_file: Mapped[str | None] = mapped_column(String(255))
+    warc_file: Mapped[str | None] = mapped_column(String(1024))  # a file name, or an object URL
     warc_offset: Mapped[int | None] = mapped_column(BigInteger)
     warc_length: Mapped[int | None] = mapped_column(Integer)
     warc_digest: Mapped[str | None] = mapped_column(String(64))
@@ -164,3 +164,18 @@ class SitemapOrigin(Base):
     domain: Mapped[str] = mapped_column(String(253), index=True)
     crawl_id: Mapped[str | None] = mapped_column(String(64))
     round_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class DomainState(Base):
+    """What the fleet must keep of a domain where a Redis loss cannot reach it (the `domain_state`
+    table): whether a person paused it, and its last back-off (a site's 429 or 503)."""
+
+    __tablename__ = "domain_state"
+
+    domain: Mapped[str] = mapped_column(String(253), primary_key=True)
+    paused_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The rate limiter's own figures, in the Redis server's clock (Unix seconds): the share of the
+    # rate left, when it was last lowered, and no request before `held_until` (a Retry-After).
+    backoff_factor: Mapped[float | None] = mapped_column(Float)
+    backoff_at: Mapped[float | None] = mapped_column(Float)
+    held_until: Mapped[float | None] = mapped_column(Float)

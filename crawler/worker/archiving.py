@@ -3,15 +3,68 @@ WARC archive (crawler/archive/), written before the page's row is stored."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 
 import httpx
 
 from crawler.archive import Archive, Archived, Exchange
-from crawler.config import Rules
+from crawler.archive.uploader import Uploader
+from crawler.config import CrawlConfig, Rules
 from crawler.fetch.fetcher import REDIRECTS, Fetcher, Headers, Response
 from crawler.monitor.metrics import Metrics
+from crawler.settings import Settings
+from crawler.storage import ObjectStore, ObjectUrl, is_object_url
+
+
+class UploadMetrics:
+    """An uploader's news, as the worker's metrics (and so its heartbeat) count it."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def uploaded(self, name: str, nbytes: int, seconds: float) -> None:
+        """A file is in object storage."""
+        self._metrics.observe_upload(nbytes, seconds)
+
+    def failed(self, name: str, error: str) -> None:
+        """A file's upload failed."""
+        self._metrics.observe_upload_failed(error)
+
+    def waiting(self, files: int, nbytes: int) -> None:
+        """Files waiting for their upload."""
+        self._metrics.observe_uploads_waiting(files, nbytes)
+
+
+@asynccontextmanager
+async def archive_for(settings: Settings, config: CrawlConfig, metrics: Metrics) -> AsyncIterator[Archive]:
+    """The process's archive: files in CRAWLER_ARCHIVE_DIR; or, for s3://BUCKET/PREFIX, written in
+    CRAWLER_ARCHIVE_SPOOL and each uploaded once closed (those an earlier process left there first)."""
+    async with AsyncExitStack() as stack:
+        if not is_object_url(settings.archive_dir):
+            yield await stack.enter_async_context(
+                Archive(
+                    settings.archive_dir, max_bytes=config.archive_max_bytes, prefix=config.archive_prefix
+                )
+            )
+            return
+        base = ObjectUrl.parse(settings.archive_dir, "CRAWLER_ARCHIVE_DIR")
+        store = ObjectStore(settings.s3_endpoint_url)
+        uploader = Uploader(Path(settings.archive_spool), store, base, UploadMetrics(metrics))
+        await asyncio.to_thread(uploader.start)
+        stack.push_async_callback(asyncio.to_thread, uploader.close)
+        yield await stack.enter_async_context(
+            Archive(
+                settings.archive_spool,
+                max_bytes=config.archive_max_bytes,
+                prefix=config.archive_prefix,
+                published_as=str(base.child("")),
+                on_closed=uploader.closed,
+            )
+        )
 
 
 class Archiving:

@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 
 from crawler.changes.feed import ChangeFeed
 from crawler.config import CrawlConfig
+from crawler.connections import publishing_channel
 from crawler.dedup.store import SeenStore
 from crawler.errors import BackendHalt
 from crawler.frontier.crawls import CrawlState
@@ -35,11 +36,13 @@ from crawler.frontier.sitemaps import SitemapTasks
 from crawler.monitor import readings
 from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import CLOSE_WAIT, Names
+from crawler.sink.domains import DomainStore
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.schedule import Schedule
 from crawler.sink.sitemaps import SitemapStore
 from crawler.worker.admission import Admission
 from crawler.worker.announce import Announcer
+from crawler.worker.backoffs import KeptBackoffs
 from crawler.worker.cost import Cost
 from crawler.worker.drain import Drain
 from crawler.worker.ending import lost
@@ -53,6 +56,7 @@ from crawler.worker.settling import Settling
 from crawler.worker.signals import drain_on_signals
 from crawler.worker.sitemaps import Listing, SitemapReading
 from crawler.worker.subscriptions import Subscriptions
+from crawler.worker.tracing import step
 from crawler.worker.tuning import DEFAULT_TUNING, Tuning
 
 __all__ = ["Consumer", "DomainStats", "Parts"]
@@ -76,6 +80,8 @@ class Parts:
     redis: Redis | None = None  # what sitemap rounds have read; None: sitemap tasks unread
     sitemap_store: SitemapStore | None = None  # sitemaps as last read; None: sitemap tasks unread
     schedule: Schedule | None = None  # to refresh pages a sitemap's lastmod moved
+    domain_state: DomainStore | None = None  # pauses and back-offs beyond Redis; None: Redis alone
+    backoffs: KeptBackoffs | None = None  # the back-offs kept there, as this worker read them
 
 
 class Consumer:
@@ -152,7 +158,7 @@ class Consumer:
 
     async def run(self) -> None:
         """Declare the topology, consume until stopped or drained, then return what is in flight."""
-        publisher = await self.publishing.channel(publisher_confirms=True)
+        publisher = await publishing_channel(self.publishing)
         self._publisher = publisher
         try:
             started = time.monotonic()
@@ -246,6 +252,7 @@ class Consumer:
     async def _on_message(self, domain: str, message: AbstractIncomingMessage) -> None:
         assert self._pipeline is not None
         self._settling.delivered(message)
+        step("delivered", message)
         self._inflight += 1
         self._idle.clear()
         self.metrics.message_started(domain)

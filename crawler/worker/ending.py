@@ -10,15 +10,15 @@ from collections.abc import Sequence
 from aio_pika.abc import AbstractIncomingMessage
 from aio_pika.exceptions import ChannelInvalidStateError
 
-from crawler import names as hdr
 from crawler.errors import InvalidMessage
 from crawler.frontier.crawls import CrawlState
 from crawler.frontier.message import CrawlMessage
 from crawler.frontier.retry import Delay, Failure
 from crawler.monitor.metrics import Metrics, OutcomeKind
 from crawler.worker.live import LiveConfig
-from crawler.worker.parking import Parking, attempts_of
+from crawler.worker.parking import Parking, attempts_of, parked_before
 from crawler.worker.settling import Counts, Done, Settling
+from crawler.worker.tracing import step, url_of
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class Endings:
             return None
         if crawl.refresh is not None or (crawl.sitemap is not None and not crawl.sitemap.counted):
             return {}
-        back = hdr.HEADER_RETRY_TIER in (message.headers or {})
+        back = parked_before(message)
         changes = {(domain, "retrying"): (kind == "retried") - back}
         if kind != "retried":
             changes[domain, "sitemaps_done" if crawl.sitemap is not None else kind] = 1
@@ -73,7 +73,9 @@ class Endings:
         """Confirm the page's links and count it in its crawl, then ack it; counted once it is acked."""
         await self._settling.ack(message, crawl, counts, confirms, done_at)
         if lost(message):  # the ack could not go: the broker delivers it again, and it is counted then
+            step("not acked (channel closed)", message)
             return
+        step("acked", message, f" {kind}")
         self._metrics.observe_outcome(domain, kind, status, reason)
 
     async def retried(
@@ -87,6 +89,7 @@ class Endings:
     ) -> None:
         """Park a copy in a retry tier (confirmed), then ack the delivery."""
         await self._parking.retry(message, domain, attempts, delay, failure)
+        step("parked", message, f" tier={delay.tier:g}s: {failure.error}")
         parked = Done("retry", time.monotonic())
         counts = self.changes(message, crawl, domain, "retried")
         await self.done(message, domain, "retried", crawl=crawl.crawl, counts=counts, done_at=parked)
@@ -101,6 +104,7 @@ class Endings:
             return True
         except Exception as exc:
             log.warning("%s: cannot park the message (%r); the broker will deliver it again", domain, exc)
+            step("returned (not parked)", message)
             try:
                 await message.nack(requeue=True)
             except Exception as nack_failed:  # the channel is gone: the broker redelivers anyway
@@ -110,10 +114,11 @@ class Endings:
     def abandon(self, domain: str, message: AbstractIncomingMessage, how: str) -> None:
         """Leave a delivery whose channel closed to the broker, which delivers it again."""
         self._metrics.observe_error(domain, "lost")
+        step("dropped (channel closed)", message)
         log.info(
             "%s: %s: its channel closed%s: dropped, neither stored nor acked; the broker delivers it again",
             domain,
-            _url_of(message),
+            url_of(message),
             how,
         )
 
@@ -124,14 +129,6 @@ def lost(message: AbstractIncomingMessage) -> bool:
         return message.channel.is_closed
     except ChannelInvalidStateError:  # aio-pika's answer for a closed channel
         return True
-
-
-def _url_of(message: AbstractIncomingMessage) -> str:
-    """The URL a message asks for, for a log line; its delivery tag if it cannot be read."""
-    try:
-        return CrawlMessage.decode(message.body).url
-    except InvalidMessage:
-        return f"#{message.delivery_tag}"
 
 
 def _message_of(message: AbstractIncomingMessage) -> CrawlMessage:

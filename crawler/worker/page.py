@@ -26,6 +26,7 @@ from crawler.parse.reading import read_page
 from crawler.parse.signature import signature_of
 from crawler.sink.sql import PageRecord
 from crawler.worker.archiving import Archiving
+from crawler.worker.backoffs import KeptBackoffs
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +119,10 @@ class Visitor:
         rules_of: Callable[[str], Rules],
         max_retry_after: float,
         archiving: Archiving | None = None,
+        backoffs: KeptBackoffs | None = None,
     ) -> None:
         self._archiving = archiving  # None: nothing is archived (tests)
+        self._backoffs = backoffs  # None: back-offs live in Redis only (tests)
         self._rules_of = rules_of  # the live rules: domains.yaml may be edited while a visit waits
         self._fetcher = fetcher
         self._limiter = limiter
@@ -221,7 +224,10 @@ class Visitor:
         if response.status_code in PUSHBACK:
             pause = parse_retry_after(response.headers.get("retry-after")) or 0.0
             allowance = budget(self._rules_of(domain), crawl_delay)
-            factor = await self._limiter.slow_down(domain, allowance, min(pause, self._max_retry_after))
+            kept = await self._limiter.slow_down(domain, allowance, min(pause, self._max_retry_after))
+            factor = kept[0]
+            if self._backoffs is not None:
+                await self._backoffs.pushed_back(domain, kept)
             log.info(
                 "%s answered %d: rate now %.0f%% of its budget", domain, response.status_code, factor * 100
             )

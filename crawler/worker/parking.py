@@ -11,12 +11,19 @@ from crawler import names as hdr
 from crawler.frontier.message import persistent
 from crawler.frontier.retry import Delay, Failure
 from crawler.names import delay_label
+from crawler.worker.tracing import step
 
 
 def attempts_of(message: AbstractIncomingMessage) -> int:
     """How many times the message was tried before this delivery (its header; 0 if absent or bad)."""
     value = (message.headers or {}).get(hdr.HEADER_ATTEMPTS, 0)
     return value if isinstance(value, int) and value >= 0 else 0
+
+
+def parked_before(message: AbstractIncomingMessage) -> bool:
+    """Whether the message is a copy back from a retry tier (its attempts count may not say so: one
+    parked for the crawler's own trouble keeps its count)."""
+    return hdr.HEADER_RETRY_TIER in (message.headers or {})
 
 
 class Parking:
@@ -44,6 +51,7 @@ class Parking:
         headers = self._headers(message, domain, attempts, failure)
         copy = persistent(message.body, message.priority or 0, headers)
         await self._dead.publish(copy, routing_key=message.routing_key or "")
+        step("dead", message, f" {failure.reason}: {failure.error}")
 
     def _headers(
         self, message: AbstractIncomingMessage, domain: str, attempts: int, failure: Failure

@@ -37,10 +37,11 @@ from crawler.worker.gate import Gate
 from crawler.worker.linking import NO_OPTIONS, Linking
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import Outcome, Visitor
-from crawler.worker.parking import Parking, attempts_of
+from crawler.worker.parking import Parking, attempts_of, parked_before
 from crawler.worker.refresh import settle
 from crawler.worker.settling import Done, Settling
 from crawler.worker.sitemaps import SitemapReading
+from crawler.worker.tracing import step
 
 log = logging.getLogger(__name__)
 pages_log = logging.getLogger("crawler.pages")  # one line per page outcome: verbose
@@ -117,9 +118,12 @@ class Pipeline:
         if crawl.sitemap is not None:
             return await self._sitemap(domain, message, crawl, url, attempts, options)
         rules = self._live.rules(domain)
-        # A page counts against max_pages once, on its first try (not again when returned unfetched);
-        # a refresh, never: it was counted when it was new.
-        first = attempts == 1 and not message.redelivered and crawl.refresh is None
+        # A page counts against max_pages once, on its first try (not again when returned unfetched, nor
+        # back from a retry tier); a refresh, never: it was counted when it was new. Only a first try
+        # may be a copy queued twice after a Redis loss: a page's own copy back from a tier is not.
+        first = (
+            attempts == 1 and not message.redelivered and crawl.refresh is None and not parked_before(message)
+        )
         verdict = await self._gate.verdict(url, domain, crawl.crawl, options, rules, first)
         if verdict.cancelled:
             return await self._ends.done(message, domain, "cancelled")
@@ -159,6 +163,7 @@ class Pipeline:
             # consumer_timeout, which would close the channel and have the work done twice.
             log.info("%s %s: returned unfetched, too late to finish within delivery_timeout", domain, url)
             self._metrics.observe_error(domain, "late")
+            step("returned (late)", message)
             await message.nack(requeue=True)
             return
         outcome = await self._cost.charge(domain, outcome, message)

@@ -2,12 +2,13 @@
 then each delivery acked at once, whatever else is in flight on its channel.
 
 A delivery comes here only once its row is committed and its links are confirmed by the broker, so
-acking it keeps the rule "ack after commit and confirm". A group's deliveries that come before every
-delivery still open on their channel go as one `multiple` ack; the others are acked one by one, so no
-ack waits behind a slow fetch, a rate wait or a paused domain. A `multiple` ack covers every
-outstanding tag up to its own, so a tag stays open until its own ack or nack is queued on the
-connection (which writes frames in order): no `multiple` ack ever covers a delivery still being
-worked on, or one being settled otherwise.
+acking it keeps the rule "ack after commit and confirm". A `multiple` ack covers every outstanding tag
+up to its own, whoever holds it, so one is sent only for a run of tags this worker saw and settled,
+contiguous from the lowest tag not yet settled; every other delivery is acked alone, so no ack waits
+behind a slow fetch, a rate wait or a paused domain. A tag counts as settled once its own ack or nack
+is queued on the connection (which writes frames in order). A tag skipped in the delivery order (a
+delivery the client library dropped before the worker saw it) is never covered: it is returned to its
+queue instead.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,7 @@ from aio_pika.abc import AbstractIncomingMessage
 from crawler.dedup.store import SeenStore
 from crawler.frontier.crawls import CrawlState
 from crawler.monitor.metrics import AckAfter, Metrics
+from crawler.worker.tracing import step
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +53,37 @@ class _Ending:
 
 @dataclass(slots=True)
 class _Channel:
-    """A channel's deliveries not yet acked or settled otherwise, by delivery tag, in delivery order."""
+    """A channel's deliveries by tag (tags count from 1 on each channel): those not yet acked or settled
+    otherwise, in delivery order, and how far every tag was seen and settled."""
 
     open: dict[int, None] = field(default_factory=dict)
+    floor: int = 0  # every tag up to this one was seen (or returned as skipped) and settled
+    settled: set[int] = field(default_factory=set)  # settled tags above `floor`
+    last: int = 0  # the highest tag seen
+
+    def settle(self, tags: Iterable[int]) -> None:
+        """Note `tags` as settled (their ack or nack is queued) and raise the floor past them."""
+        for tag in tags:
+            self.open.pop(tag, None)
+            if tag > self.floor:
+                self.settled.add(tag)
+        while self.floor + 1 in self.settled:
+            self.floor += 1
+            self.settled.discard(self.floor)
+
+    def run(self, acking: set[int]) -> int | None:
+        """The highest tag a `multiple` ack of `acking` may name: every tag from the floor up to it
+        settled or being acked now, each of them seen. None if the lowest unsettled tag is not acked now."""
+        covered = None
+        tag = self.floor + 1
+        while True:
+            if tag in self.settled:
+                tag += 1
+            elif tag in acking and tag in self.open:
+                covered = tag
+                tag += 1
+            else:
+                return covered
 
 
 class Settling:
@@ -66,6 +96,7 @@ class Settling:
         self._channels: dict[Any, _Channel] = {}
         self._queue: list[_Ending] = []
         self._flusher: asyncio.Task[None] | None = None
+        self._returning: set[asyncio.Task[None]] = set()
 
     def delivered(self, message: AbstractIncomingMessage) -> None:
         """Note a delivery, in the order they arrive: a `multiple` ack never covers one still open."""
@@ -78,7 +109,31 @@ class Settling:
             for old in [c for c in self._channels if c.is_closed]:
                 del self._channels[old]
             state = self._channels[channel] = _Channel()
-        state.open[message.delivery_tag] = None
+        tag = message.delivery_tag
+        if tag > state.last + 1:
+            skipped = range(state.last + 1, tag)
+            task = asyncio.ensure_future(self._return_skipped(channel, state, skipped))
+            self._returning.add(task)
+            task.add_done_callback(self._returning.discard)
+        state.last = max(state.last, tag)
+        state.open[tag] = None
+
+    async def _return_skipped(self, channel: Any, state: _Channel, tags: range) -> None:
+        """Return deliveries the worker never saw: the broker counts them as this channel's, unacked."""
+        # Deliveries reach `delivered` in tag order, so a tag jumped over never comes: the client
+        # library dropped it (aiormq does, silently, for a consumer tag it does not know).
+        log.warning(
+            "deliveries %d-%d on a channel never reached the worker: returned to their queue",
+            tags[0],
+            tags[-1],
+        )
+        try:
+            for tag in tags:
+                await channel.basic_nack(tag, requeue=True, wait=False)
+        except Exception as exc:  # the channel closed: the broker has them back anyway
+            log.debug("return of skipped deliveries failed (%r)", exc)
+            return
+        state.settle(tags)
 
     async def ack(
         self,
@@ -107,11 +162,15 @@ class Settling:
         if state is None or tag is None or tag not in state.open:
             return
         if not message.processed:
+            step("returned (unfinished)", message)
             try:
                 await message.nack(requeue=True)
             except Exception as exc:  # the channel is gone: the broker returns it all the same
                 log.debug("nack of an unfinished delivery failed (%r)", exc)
-        state.open.pop(tag, None)  # only now: until its nack is written, no `multiple` ack may cover it
+                state.open.pop(tag, None)
+                return
+        # Only now: until its ack or nack is queued, no `multiple` ack may cover it.
+        state.settle((tag,))
 
     async def _flush(self) -> None:
         try:
@@ -139,6 +198,8 @@ class Settling:
                 by_channel.setdefault(channel, []).append(tag)
             else:  # not noted as delivered (or its channel closed): on its own
                 await _ack_one(ending.message)
+                if self._metrics is not None:
+                    self._metrics.observe_ack_frames(1, 0)
         for channel, tags in by_channel.items():
             await self._ack_channel(channel, self._channels[channel], tags)
         self._observe(group)
@@ -166,14 +227,9 @@ class Settling:
             await asyncio.gather(*calls)
 
     async def _ack_channel(self, channel: Any, state: _Channel, tags: list[int]) -> None:
-        """Ack one channel's part of a group: one `multiple` ack for those at the head of its open
-        deliveries, a single ack for each of the others."""
-        acking = set(tags)
-        covered = None
-        for tag in state.open:  # in delivery order, so the others all come after `covered`
-            if tag not in acking:
-                break
-            covered = tag
+        """Ack one channel's part of a group: one `multiple` ack for a run of them that every tag below
+        is settled under, a single ack for each of the others."""
+        covered = state.run(set(tags))
         acks = [(tag, False) for tag in tags if covered is None or tag > covered]
         if covered is not None:
             acks.insert(0, (covered, True))
@@ -187,8 +243,10 @@ class Settling:
             log.debug("ack failed (%r); the broker will deliver those messages again", exc)
             self._channels.pop(channel, None)
             return
-        for tag in tags:
-            state.open.pop(tag, None)
+        if self._metrics is not None:
+            multiples = sum(1 for _, m in acks if m)
+            self._metrics.observe_ack_frames(len(acks) - multiples, multiples)
+        state.settle(tags)
 
     def _observe(self, group: list[_Ending]) -> None:
         if self._metrics is None:

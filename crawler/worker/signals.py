@@ -9,6 +9,8 @@ import os
 import signal
 from collections.abc import Callable, Iterator
 
+from crawler import stopping
+
 log = logging.getLogger(__name__)
 
 EXIT_ABORTED = 3  # a second signal: exit at once, unacked messages go back to their queues
@@ -16,7 +18,8 @@ EXIT_ABORTED = 3  # a second signal: exit at once, unacked messages go back to t
 
 @contextlib.contextmanager
 def drain_on_signals(stop: Callable[[], None], reload: Callable[[], None], grace: float) -> Iterator[None]:
-    """For the block: SIGTERM/SIGINT call `stop` (a second one exits now), SIGHUP calls `reload`."""
+    """For the block: SIGTERM/SIGINT call `stop` (a second one exits now), SIGHUP calls `reload`; a
+    SIGTERM that came while the process started drains at once."""
     loop = asyncio.get_running_loop()
     received = 0
 
@@ -29,11 +32,9 @@ def drain_on_signals(stop: Callable[[], None], reload: Callable[[], None], grace
         log.info("%s: finishing in-flight messages (up to %.0fs); again to exit now", sig.name, grace)
         stop()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_stop, sig)
     loop.add_signal_handler(signal.SIGHUP, reload)
     try:
-        yield
+        with stopping.handled(on_stop, (signal.SIGINT,)):
+            yield
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.remove_signal_handler(sig)
+        loop.remove_signal_handler(signal.SIGHUP)

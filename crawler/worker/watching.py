@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 
 from crawler.monitor import endpoint, readings
+from crawler.monitor.endpoint import METRICS_ADDR
 from crawler.monitor.heartbeat import Heartbeat
 from crawler.monitor.metrics import Metrics
 from crawler.monitor.sampler import SAMPLE_EVERY, QueueSampler
@@ -27,7 +28,7 @@ class Monitoring:
 
     metrics: Metrics = field(default_factory=Metrics)
     port: int | None = None  # serve /metrics here if set
-    addr: str = "0.0.0.0"
+    addr: str = METRICS_ADDR
     heartbeat_ttl: float = HEARTBEAT_TTL
     sample_every: float = SAMPLE_EVERY
 

@@ -32,12 +32,15 @@ from crawler.frontier.urls import canonicalise, host_of
 from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import Names
 from crawler.settings import Settings
+from crawler.sink.domains import DomainStore
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.schedule import Schedule
 from crawler.sink.sitemaps import SitemapStore
 from crawler.sink.sql import Sink, migrate
+from crawler.webhooks import delivering
 from crawler.worker.admission import Admission
-from crawler.worker.archiving import Archiving, ArchivingFetcher
+from crawler.worker.archiving import Archiving, ArchivingFetcher, archive_for
+from crawler.worker.backoffs import KeptBackoffs
 from crawler.worker.consumer import Consumer, Parts
 from crawler.worker.cost import Cost
 from crawler.worker.live import LiveConfig
@@ -79,7 +82,7 @@ async def frontier(
 async def routing(settings: Settings, config: CrawlConfig, role: str) -> AsyncIterator[Router]:
     """A router into the frontier, publishing with confirms, for a program that finds URLs itself."""
     async with frontier(settings, role, config) as f:
-        channel = await f.connection.channel(publisher_confirms=True)
+        channel = await connections.publishing_channel(f.connection)
         try:
             exchange = await channel.get_exchange(settings.names.frontier, ensure=False)
             yield Router(config, exchange, f.seen, PageQuota(f.redis, settings.names))
@@ -133,7 +136,10 @@ def parts(
         archiving = Archiving(archive, request_headers(config), metrics, domain_of)
     cost = Cost(f.redis, names, metrics, backend)
     quota = PageQuota(f.redis, names)
-    visit = visitor(live, f.redis, names, fetcher, archiving)
+    # Pauses and back-offs kept where a Redis loss cannot reach them.
+    domain_state = DomainStore(database_url) if database_url else None
+    backoffs = KeptBackoffs(domain_state) if domain_state else None
+    visit = visitor(live, f.redis, names, fetcher, archiving, backoffs)
     admission = Admission(f.redis, names, visit.limiter, visit.robots, live.rules)
     return Parts(
         live,
@@ -142,29 +148,38 @@ def parts(
         quota,
         cost,
         GroupCommit(sink),
-        CrawlState(f.redis, names),
+        CrawlState(f.redis, names, domain_state),
         f.recovery,
         admission,
         f.redis,
         SitemapStore(database_url) if database_url else None,
         Schedule(database_url) if database_url else None,
+        domain_state,
+        backoffs,
     )
 
 
 def visitor(
-    live: LiveConfig, redis: Redis, names: Names, fetcher: Fetcher, archiving: Archiving | None = None
+    live: LiveConfig,
+    redis: Redis,
+    names: Names,
+    fetcher: Fetcher,
+    archiving: Archiving | None = None,
+    backoffs: KeptBackoffs | None = None,
 ) -> Visitor:
     """One page's visit: robots.txt and the rate limiter shared through Redis, over `fetcher`; with
-    `archiving`, the answers of domains with `archive: true` are archived."""
+    `archiving`, the answers of domains with `archive: true` are archived; with `backoffs`, each
+    domain's back-off is kept in the database too, and a bucket Redis lost comes back with it."""
     robots_fetcher = fetcher if archiving is None else ArchivingFetcher(fetcher, archiving)
     return Visitor(
         fetcher,
-        RateLimiter(redis, names),
+        RateLimiter(redis, names, kept=backoffs.get) if backoffs else RateLimiter(redis, names),
         Robots(redis, names, robots_fetcher, live.config.user_agent),
         live.scope,
         live.rules,
         live.config.max_retry_after,
         archiving,
+        backoffs,
     )
 
 
@@ -235,7 +250,7 @@ async def seed_into(
     """Route canonical seeds over an open frontier, counted in their crawl's counts if they have one."""
     await declare_topology(f, settings, config)
     options = options or CrawlOptions()
-    channel = await f.connection.channel(publisher_confirms=True)
+    channel = await connections.publishing_channel(f.connection)
     try:
         exchange = await channel.get_exchange(settings.names.frontier, ensure=False)
         router = Router(config, exchange, f.seen, PageQuota(f.redis, settings.names))
@@ -330,9 +345,7 @@ async def consume(
             return await stack.enter_async_context(connections.broker(settings.amqp_url, role))
 
         # Opens no file until an archived domain's first answer: domains.yaml may turn it on later.
-        archive = await stack.enter_async_context(
-            Archive(settings.archive_dir, max_bytes=config.archive_max_bytes, prefix=config.archive_prefix)
-        )
+        archive = await stack.enter_async_context(archive_for(settings, config, monitoring.metrics))
         if any(rules.archive for rules in config.rules.values()):
             archive.check()  # before any page is taken: each would fail and be retried
         made = parts(
@@ -346,7 +359,7 @@ async def consume(
             settings.database_url,
             archive,
         )
-        for closing in (made.sitemap_store, made.schedule):
+        for closing in (made.sitemap_store, made.schedule, made.domain_state):
             if closing is not None:
                 stack.callback(closing.close)
         consumer = Consumer(
@@ -366,7 +379,22 @@ async def consume(
             more=more,
         )
         await consumer.seen.check()  # a fleet whose processes disagree on dedup would crawl twice
+        if made.backoffs is not None:
+            await made.backoffs.read()  # before the first token: Redis may have lost the back-offs
         await stack.enter_async_context(monitored(monitoring, consumer, f.redis, role=role))
+        if config.webhooks:  # alongside, on a channel of their own: the crawl never waits on them
+            label = connections.process_label(role)
+            live = made.live
+            await stack.enter_async_context(
+                delivering(
+                    lambda: live.config,
+                    settings.names,
+                    f.connection,
+                    monitoring.metrics,
+                    label,
+                    publishing=publishing,
+                )
+            )
         if canonical_seeds:
             await seed_into(f, settings, config, canonical_seeds, None)
         await consumer.run()

@@ -10,7 +10,8 @@ import aio_pika
 import httpx
 import pytest
 
-from crawler.names import Names
+from crawler.api.console import SECURITY_HEADERS
+from crawler.names import HEADER_DOMAIN, HEADER_REASON, Names
 from crawler.settings import Settings
 from demo.site import Site, serve
 from tests.support import api as api_support
@@ -78,6 +79,9 @@ def test_bodies_over_the_limit_are_refused_with_413(api: Api) -> None:
         resp = client.post("/v1/crawls", json={"seeds": ["http://a.test/" + "x" * 70_000]})
         assert resp.status_code == 413
         assert resp.headers["content-type"] == "application/problem+json"
+        # Refused before the app sees it, the answer still carries the headers every answer has.
+        for name, value in SECURITY_HEADERS.items():
+            assert resp.headers[name] == value, name
 
         def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it streams
             yield b'{"seeds": ["http://a.test/'
@@ -87,6 +91,7 @@ def test_bodies_over_the_limit_are_refused_with_413(api: Api) -> None:
 
         resp = client.post("/v1/crawls", content=chunks(), headers={"content-type": "application/json"})
         assert resp.status_code == 413
+        assert resp.headers["content-security-policy"] == SECURITY_HEADERS["Content-Security-Policy"]
 
 
 def test_two_crawls_of_one_site_both_fetch_it(api: Api, settings: Settings, site: Site) -> None:
@@ -164,7 +169,7 @@ async def test_pause_and_resume_with_two_consumers_and_a_third_started_while_pau
             resp = client.post("/v1/domains/a.test/pause")
             assert resp.status_code == 200 and resp.json()["paused"] is True, resp.text
             await until(
-                lambda: _consumers(settings), lambda n: n == 0, within=5, what="consumers off the queue"
+                lambda: _consumers(settings), lambda n: n == 0, within=30, what="consumers off the queue"
             )
             # What they had prefetched finishes; then nothing more is taken.
             at_pause = len(site.requests)
@@ -182,7 +187,7 @@ async def test_pause_and_resume_with_two_consumers_and_a_third_started_while_pau
             # At most what the two had prefetched (one each) was fetched after the pause.
             assert len(site.requests) <= at_pause + 2
             assert client.post("/v1/domains/a.test/resume").json()["paused"] is False
-            await until(lambda: _consumers(settings), lambda n: n == 3, within=5, what="all three back")
+            await until(lambda: _consumers(settings), lambda n: n == 3, within=30, what="all three back")
             await until(
                 lambda: client.get(f"/v1/crawls/{crawl['id']}").json()["state"] == "finished",
                 within=90,
@@ -252,3 +257,39 @@ def test_a_recrawl_publishes_stored_pages_and_refuses_an_unknown_domain(
         assert client.post("/v1/recrawls", json={"everything": True}).status_code == 422
     with api.client(READER) as client:
         assert client.post("/v1/recrawls", json={}).status_code == 403
+
+
+async def test_dead_letters_are_listed_a_page_at_a_time_never_the_whole_queue(
+    api: Api, settings: Settings
+) -> None:
+    from crawler.config import load_config
+    from crawler.frontier import exchanges
+
+    names = Names(settings.prefix)
+    async with await aio_pika.connect(settings.amqp_url) as connection:
+        channel = await connection.channel(publisher_confirms=True)  # each publish confirmed: queued
+        await exchanges.declare(channel, exchanges.topology(load_config(settings.config_path), names))
+        for i in range(300):
+            message = aio_pika.Message(
+                f'{{"v": 1, "url": "http://a.test/gone/{i}"}}'.encode(),
+                headers={HEADER_REASON: "transient", HEADER_DOMAIN: "a.test"},
+            )
+            await channel.default_exchange.publish(message, routing_key=names.dead)
+    with api.client(READER) as client:
+        first = client.get("/v1/dead", params={"limit": 10}).json()
+        # Only what the page needed was taken from the queue (and put back): the rest was never read.
+        async with await aio_pika.connect(settings.amqp_url) as connection:
+            channel = await connection.channel()
+            queue = await channel.get_queue(names.dead)
+            read = []
+            while (message := await queue.get(fail=False)) is not None:
+                read.append(message.redelivered)
+        seen, after = [], 0
+        while after is not None:
+            page = client.get("/v1/dead", params={"limit": 100, "after": after}).json()
+            seen += [d["url"] for d in page["dead"]]
+            after = page["next"]
+    assert [d["url"] for d in first["dead"]] == [f"http://a.test/gone/{i}" for i in range(10)]
+    assert first["next"] == 10
+    assert sum(read) == 10, f"{sum(read)} of 300 letters were read for a page of 10"
+    assert seen == [f"http://a.test/gone/{i}" for i in range(300)]  # every letter once, in order

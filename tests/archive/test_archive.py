@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -200,3 +201,59 @@ async def test_a_directory_that_cannot_be_written_is_an_archive_error(tmp_path: 
         Archive(tmp_path / "file" / "archive", max_bytes=1_000_000, prefix="t").check()
     Archive(tmp_path / "fine", max_bytes=1_000_000, prefix="t").check()
     assert (tmp_path / "fine").is_dir()
+
+
+def _bomb(path: Path, payload: int) -> int:
+    """A WARC file of one response record whose `payload` bytes of zeros are one gzip member: ~1000
+    times smaller on disk than inflated. Its size."""
+    http = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n"
+    head = (
+        "WARC/1.1\r\nWARC-Type: response\r\nWARC-Target-URI: http://a.test/bomb\r\n"
+        "WARC-Date: 2026-01-01T00:00:00Z\r\n"
+        "WARC-Record-ID: <urn:uuid:00000000-0000-0000-0000-000000000001>\r\n"
+        f"Content-Type: application/http; msgtype=response\r\nContent-Length: {len(http) + payload}\r\n\r\n"
+    ).encode()
+    gzip = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS + 16)
+    with path.open("wb") as f:
+        f.write(gzip.compress(head + http))
+        zeros = bytes(1 << 20)
+        for _ in range(payload >> 20):
+            f.write(gzip.compress(zeros))
+        f.write(gzip.compress(b"\r\n\r\n") + gzip.flush())
+    return size(path)
+
+
+@pytest.mark.timeout(60)
+def test_a_record_is_inflated_up_to_its_limit_never_past_it(tmp_path: Path) -> None:
+    from crawler.archive.source import ArchiveSource
+    from crawler.reparse.records import ArchiveFile
+
+    name = "t-bomb.warc.gz"
+    stored = _bomb(tmp_path / name, 150 * 2**20)
+    assert stored < 200_000  # ~146 KB on disk for 150 MB inflated
+    archived = Archived(name, 0, stored, "sha1:X", "2026-01-01T00:00:00Z")
+    limit = 5_000_000 + 65_536  # a domain's max_body_bytes and the headers' room
+    with (
+        ArchiveFile(ArchiveSource(tmp_path), name) as file,
+        pytest.raises(ArchiveError, match=f"inflates past {limit}"),
+    ):
+        file.answer(archived, limit)  # reparse's fast path
+    with pytest.raises(ArchiveError, match=f"inflates past {limit}"):
+        read(tmp_path, archived, limit)  # the reader every other path takes
+
+
+async def test_a_file_name_from_the_database_is_read_only_inside_the_archive(tmp_path: Path) -> None:
+    from crawler.archive.source import ArchiveSource
+    from crawler.reparse.records import ArchiveFile
+
+    outside, archive = tmp_path / "outside", tmp_path / "archive"
+    (archived,) = await write(outside, exchange())
+    archive.mkdir()
+    for name in (f"../outside/{archived.file}", str(outside / archived.file), "..", ""):
+        row = Archived(name, archived.offset, archived.length, archived.digest, archived.date)
+        with pytest.raises(ArchiveError, match="is not a file name of the archive"):
+            read(archive, row)
+        source = ArchiveSource(archive)
+        with ArchiveFile(source, name) as file, pytest.raises(ArchiveError, match="not a file name"):
+            file.answer(row, 1_000_000)
+    assert read(outside, archived).body == b"<html>page</html>"  # the same row, in its own directory

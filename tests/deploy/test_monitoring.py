@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
 from crawler.monitor.metrics import Metrics
 from crawler.monitor.readings import exported_names
+from crawler.quality.metrics import CoverageMetrics
 from crawler.scheduler import cli as scheduler_cli
 from crawler.scheduler.metrics import SchedulerMetrics
 from tests.deploy.test_compose import services
@@ -26,8 +28,15 @@ PROMETHEUS_OWN = {"up"}
 
 
 def crawler_metrics() -> set[str]:
-    """What the workers and crawler-scheduler export: the dashboard and the rules may use these."""
-    return exported_names(Metrics().registry) | exported_names(SchedulerMetrics().registry)
+    """What the workers and crawler-scheduler export, and the field coverage gauges (#47) that the
+    process reading a crawl's coverage is to export: the dashboard and the rules may use these."""
+    coverage = CollectorRegistry()
+    CoverageMetrics(coverage)
+    return (
+        exported_names(Metrics().registry)
+        | exported_names(SchedulerMetrics().registry)
+        | exported_names(coverage)
+    )
 
 
 _KEYWORDS = {
@@ -142,6 +151,7 @@ def test_the_alerts_the_issue_asks_for_exist() -> None:
         "CrawlerCreditBurnHigh",
         "CrawlerRecrawlBacklogGrowing",
         "CrawlerSchedulerDown",
+        "CrawlerFieldCoverageLow",
     } <= names
 
 

@@ -228,3 +228,30 @@ async def test_the_endpoint_comes_from_settings_read_once_and_the_key_stays_out_
         await fetcher.aclose()
     with pytest.raises(ConfigError, match="CRAWLER_FETCH_API_URL is not set"):
         make_fetchers(config, Settings.from_env({}))
+
+
+async def test_a_garbled_scrapingbee_answer_leaves_its_key_out_of_every_error_and_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import asyncio
+    import logging
+
+    async def garbled(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: nope\r\n\r\n")  # not HTTP aiohttp reads
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(garbled, "127.0.0.47", 0)
+    port = server.sockets[0].getsockname()[1]
+    caplog.set_level(logging.DEBUG)
+    fetcher = ApiFetcher(api_config("scrapingbee"), ApiEndpoint(f"http://127.0.0.47:{port}/api/v1/", KEY))
+    try:
+        with pytest.raises(BackendUnavailable) as raised:
+            await fetcher.fetch("http://a.test/", api_config("scrapingbee").rules_for("a.test"))
+    finally:
+        await fetcher.aclose()
+        server.close()
+    text = f"{raised.value} {raised.value!r} {raised.value.args}"
+    assert "cannot reach the fetch service" in text and KEY not in text, text
+    assert KEY not in caplog.text

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.node import Node
 from crawler import names as hdr
 from crawler.config import load_config
 from crawler.errors import ConnectFailed, Refused, TooLarge
@@ -180,12 +181,15 @@ async def test_a_database_outage_loses_nothing(
 
 
 async def test_delayed_retries_survive_a_broker_restart_and_consumers_come_back(
-    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+    tmp_path: Path, rabbitmq_node: Node, prefix: str, sqlite_url: str
 ) -> None:
     import signal
     import time
 
-    from tests.support.services import queue_depth, restart_rabbitmq
+    from tests.support.services import queue_depth
+
+    # A node of the test's own: a restart of the shared one would hit everyone else's tests.
+    amqp_url = rabbitmq_node.amqp_url
 
     port = free_port(IPS["a.test"])
     routes = {"/": page("home", ["/flaky"]), "/flaky": lambda n: Reply(503) if n < 1 else page("ok", [])}
@@ -203,7 +207,7 @@ async def test_delayed_retries_survive_a_broker_restart_and_consumers_come_back(
 
         await until(parked, within=60, every=0.05)
         assert worker.poll() is None
-        await asyncio.to_thread(restart_rabbitmq)
+        await asyncio.to_thread(rabbitmq_node.restart_app)
         # The worker reconnects by itself and takes the retry once its delay has passed.
         deadline = time.monotonic() + 90
         await until(lambda: site.hits("/flaky") >= 2 or worker.poll() is not None, within=90, every=0.05)

@@ -4,6 +4,7 @@ import asyncio
 import json
 
 import aio_pika
+import aiormq
 import pytest
 from redis.asyncio import Redis
 
@@ -15,6 +16,7 @@ from crawler.frontier.router import PublishFailed, Router
 from crawler.frontier.urls import fingerprint
 from crawler.names import Names
 from tests.support.services import drain
+from tests.support.wait import until
 
 CONFIG = """
 defaults: {max_depth: 2}
@@ -135,6 +137,26 @@ async def test_publishes_the_broker_refuses_release_their_claims_and_raise(
     await full.unbind(names.frontier, "#.shop.test.^")
     routed = await router.route(links, depth=1, claimant=b"q")
     assert sorted(routed.published) == links[1:] and routed.seen == 1
+
+
+async def test_a_route_cancelled_in_its_publish_releases_its_claims(
+    channel: aio_pika.abc.AbstractChannel, redis: Redis, prefix: str
+) -> None:
+    names, config = Names(prefix), parse_config(CONFIG)
+    router = await _router(channel, redis, names, config)
+    links = ["http://shop.test/a", "http://books.test/b"]
+    fingerprints = [fingerprint(u) for u in links]
+    underlay = await channel.get_underlay_channel()
+    assert isinstance(underlay, aiormq.Channel)
+    async with underlay.lock:  # another publish holds the channel: this one waits its turn
+        routing = asyncio.create_task(router.route(links, depth=1, claimant=b"p"))
+        await until(lambda: redis.hmget(names.seen_key, fingerprints), all, what="the links claimed")
+        routing.cancel()  # as when a worker's channel closes under its deliveries
+        with pytest.raises(asyncio.CancelledError):
+            await routing
+    # Never published, so free for another page to route (or this one, delivered again).
+    assert await SeenStore(redis, names).claim(fingerprints, b"q") == [True, True]
+    assert await drain(channel, names.domain_queue("shop.test")) == []
 
 
 async def test_the_router_publishes_again_once_its_robust_channel_is_reopened(

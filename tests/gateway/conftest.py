@@ -27,9 +27,9 @@ async def proxies() -> AsyncIterator[list[ForwardProxy]]:
 async def gateway(tmp_path: Path, redis: Redis, prefix: str) -> AsyncIterator[Start]:
     runners: list[web.AppRunner] = []
 
-    async def start(proxies: list[ForwardProxy], **settings: Any) -> str:
+    async def start(proxies: list[ForwardProxy], env: dict[str, str] | None = None, **settings: Any) -> str:
         path = write_proxies(tmp_path / f"proxies{len(runners)}.yaml", proxies, **settings)
-        gw = Gateway(redis, Names(prefix), str(path), ENV)
+        gw = Gateway(redis, Names(prefix), str(path), ENV | (env or {}))
         runner = web.AppRunner(gw.app(), access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.41", 0).start()

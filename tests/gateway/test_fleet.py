@@ -24,7 +24,8 @@ from tests.support.lag import LoopLag
 from tests.support.services import REDIS_URL, crawler_command, env_for, queue_depth
 from tests.support.wait import until
 
-KEY = "fleet-key"
+KEY = "fleet-key-0123456789"
+METRICS_TOKEN = "fleet-metrics-0123456789"  # /metrics shows the per-key series only to it
 MIN_INTERVAL = 0.25
 COOLDOWN = 1.0
 
@@ -40,7 +41,7 @@ async def proxies() -> AsyncIterator[list[ForwardProxy]]:
 
 
 def gateway(settings: Settings, proxies_path: Path, port: int) -> subprocess.Popen[str]:
-    env = env_for(settings) | {"GW_TEST_KEY": KEY}
+    env = env_for(settings) | {"GW_TEST_KEY": KEY, "GW_METRICS_TOKEN": METRICS_TOKEN}
     return subprocess.Popen(
         crawler_command("crawler-gateway", "--listen", f"127.0.0.48:{port}", "--proxies", str(proxies_path)),
         env=env,
@@ -114,6 +115,7 @@ async def test_three_consumers_two_replicas_three_exits(
         min_interval=MIN_INTERVAL,
         max_wait=4,
         cooldown={"base": COOLDOWN, "max": 4, "jitter": 0.1},
+        metrics_token_env="GW_METRICS_TOKEN",
     )
     ports = [free_port("127.0.0.48"), free_port("127.0.0.48")]
     gateways = [gateway(settings, path, port) for port in ports]
@@ -128,7 +130,8 @@ async def test_three_consumers_two_replicas_three_exits(
             # Three consumers, each with its own replica (two share one), like a fleet behind a balancer.
             consumers = [consumer(settings, f"http://127.0.0.48:{ports[i % 2]}/fetch", KEY) for i in range(3)]
             await asyncio.to_thread(finish, *consumers, timeout=200)
-            async with httpx.AsyncClient(trust_env=False) as client:
+            operator = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+            async with httpx.AsyncClient(trust_env=False, headers=operator) as client:
                 metrics = [(await client.get(f"http://127.0.0.48:{p}/metrics")).text for p in ports]
         finally:
             for g in gateways:

@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from crawler.gateway.metrics import GatewayMetrics
 from crawler.gateway.render.metrics import RenderMetrics
 from crawler.names import Names
-from tests.support.exits import KEY, SOURCES, BanningSite, ForwardProxy, Start
+from tests.support.exits import KEY, METRICS_TOKEN, SOURCES, BanningSite, ForwardProxy, Start
 from tests.support.wait import until
 
 
@@ -114,7 +114,13 @@ async def test_a_hanging_proxy_fails_over_and_a_dead_one_is_marked(
     hung = await ForwardProxy("127.0.0.41", "127.0.0.45", hang=True).start()
     good = await ForwardProxy("127.0.0.41", "127.0.0.46").start()
     try:
-        base = await gateway([hung, good], min_interval=0, dead_after=2, dead_for=30)
+        settings = {
+            "min_interval": 0,
+            "dead_after": 2,
+            "dead_for": 30,
+            "metrics_token_env": "GW_METRICS_TOKEN",
+        }
+        base = await gateway([hung, good], **settings)
         dead = Names(prefix).gw_dead_key("e0")
         # A failure cools its (exit, domain) pair: e0 fails for every domain only as new ones come.
         for i in range(40):
@@ -130,9 +136,14 @@ async def test_a_hanging_proxy_fails_over_and_a_dead_one_is_marked(
         async with httpx.AsyncClient(trust_env=False) as client:
             health = (await client.get(f"{base}/healthz")).json()
             metrics = (await client.get(f"{base}/metrics")).text
+            operator = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+            keyed = (await client.get(f"{base}/metrics", headers=operator)).text
+            wrong = (await client.get(f"{base}/metrics", headers={"Authorization": "Bearer nope"})).text
         assert health["ok"] and health["dead"] == ["e0"]
         assert 'crawler_gateway_exit_requests_total{exit="e0",outcome="proxy_failed"}' in metrics
-        assert 'crawler_gateway_credits_total{key="test"}' in metrics
+        # Key ids and their credits only to the metrics token's holder.
+        assert 'key="' not in metrics and 'key="' not in wrong
+        assert 'crawler_gateway_credits_total{key="test"}' in keyed
     finally:
         await hung.close()
         await good.close()
@@ -193,7 +204,7 @@ async def test_the_inflight_gauge_counts_requests_held_open(site: BanningSite, g
 
         assert await inflight() == 0
         held = asyncio.create_task(ask(base, site.url("a.test", "/p/1"), timeout="3"))
-        await until(inflight, lambda n: n == 1, within=5, what="the request counted in flight")
+        await until(inflight, lambda n: n == 1, within=30, what="the request counted in flight")
         await held
         assert await inflight() == 0
     finally:
@@ -234,3 +245,39 @@ def test_every_proxies_yaml_key_and_the_fetch_settings_are_documented() -> None:
         assert key in doc, key
     for var in ("CRAWLER_FETCH_API_URL", "CRAWLER_FETCH_API_KEY"):
         assert f"`{var}`" in doc, var
+
+
+def test_a_key_shorter_than_16_characters_is_refused_naming_it() -> None:
+    from crawler.errors import ConfigError
+    from crawler.gateway.proxies import parse_proxies
+
+    text = (
+        "exits: [{id: e0, url: 'http://127.0.0.41:3128'}]\n"
+        "keys: [{id: alice, key_env: GW_ALICE}, {id: bob, key_env: GW_BOB}]\n"
+    )
+    env = {"GW_ALICE": "short-key", "GW_BOB": "bob-key-0123456789"}
+    with pytest.raises(ConfigError) as refused:
+        parse_proxies(text, "proxies.yaml", env)
+    message = str(refused.value)
+    assert "key alice (GW_ALICE holds 9)" in message and "at least 16" in message and "bob" not in message
+    assert "short-key" not in message  # the key itself is never said
+    parse_proxies(text, "proxies.yaml", env | {"GW_ALICE": "alice-key-0123456"})  # 17: accepted
+
+
+async def test_a_gateway_stopped_as_soon_as_it_started_stops(
+    proxies: list[ForwardProxy], tmp_path: Path, redis: Redis, prefix: str
+) -> None:
+    # Stopped while its first report is being written: a cancellation landing inside a Redis call
+    # must still end the reporter (it once came out as a timeout, and the stop waited for ever).
+    from aiohttp import web
+
+    from crawler.gateway.server import Gateway
+    from tests.support.exits import ENV, write_proxies
+
+    for i in range(10):
+        path = write_proxies(tmp_path / f"p{i}.yaml", proxies, min_interval=0)
+        runner = web.AppRunner(Gateway(redis, Names(prefix), str(path), ENV).app(), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.41", 0).start()
+        async with asyncio.timeout(20):
+            await runner.cleanup()

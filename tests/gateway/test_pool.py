@@ -33,7 +33,7 @@ async def test_one_reservation_per_exit_and_domain_within_min_interval_across_re
 ) -> None:
     conf = config(min_interval=5)
     replicas = [Pool(redis, Names(prefix), conf) for _ in range(2)]
-    key = ApiKey(id="k", key_env="K")
+    key = ApiKey(id="k", key_env="K", max_concurrency=100)
     exits = list(conf.exits)
     got = await asyncio.gather(
         *(replicas[i % 2].reserve(key, rid(), 1.0, exits, "a.test", None, 10, admit=True) for i in range(40))
@@ -124,4 +124,70 @@ async def test_a_session_sticks_to_its_exit(redis: Redis, prefix: str) -> None:
     await pool.settle(key, rid(), first.exit, "a.test", "banned", 1.0, final=True)
     moved = await pool.reserve(key, rid(), 1.0, exits, "a.test", "s1", 10, admit=True)
     assert moved.exit is not None and moved.exit != first.exit
-    assert (await redis.get(Names(prefix).gw_sticky_key("s1"))) == moved.exit.id.encode()
+    assert (await redis.get(Names(prefix).gw_sticky_key("k", "s1"))) == moved.exit.id.encode()
+
+
+async def test_a_session_name_is_each_key_s_own(redis: Redis, prefix: str) -> None:
+    conf = config(min_interval=0, session_ttl=60)
+    pool = Pool(redis, Names(prefix), conf)
+    alice, bob = ApiKey(id="alice", key_env="A"), ApiKey(id="bob", key_env="B")
+    exits = list(conf.exits)
+    first = await pool.reserve(alice, rid(), 1.0, exits, "a.test", "cart-1", 10, admit=True)
+    assert first.exit is not None
+    # Bob's "cart-1" is not alice's: it sticks to no exit of hers, and does not move hers.
+    assert await redis.get(Names(prefix).gw_sticky_key("bob", "cart-1")) is None
+    for _ in range(6):
+        await pool.reserve(bob, rid(), 1.0, exits[::-1], "a.test", "cart-1", 10, admit=True)
+    bobs = await redis.get(Names(prefix).gw_sticky_key("bob", "cart-1"))
+    assert bobs == exits[-1].id.encode()
+    assert await redis.get(Names(prefix).gw_sticky_key("alice", "cart-1")) == first.exit.id.encode()
+
+
+async def test_concurrent_requests_never_spend_past_the_budget(redis: Redis, prefix: str) -> None:
+    conf = config(min_interval=0)
+    replicas = [Pool(redis, Names(prefix), conf) for _ in range(2)]
+    key = ApiKey(id="b", key_env="K", budget=3)
+    exits = list(conf.exits)
+    ids = [rid() for _ in range(40)]
+    got = await asyncio.gather(
+        *(
+            replicas[i % 2].reserve(key, r, 1.0, exits, f"d{i}.test", None, 10, admit=True)
+            for i, r in enumerate(ids)
+        )
+    )
+    admitted = [(r, g) for r, g in zip(ids, got, strict=True) if g.refused is None]
+    assert len(admitted) == 3 and [g.refused for g in got].count("budget") == 37
+    # Settled uncharged, a reservation is released: the budget is there for the next request.
+    r, g = admitted[0]
+    await replicas[0].settle(key, r, g.exit, "d.test", "failed", 1.0, final=True)
+    again = rid()
+    assert (await replicas[1].reserve(key, again, 1.0, exits, "x.test", None, 10, admit=True)).refused is None
+    for r, g in [*admitted[1:], (again, None)]:
+        await replicas[0].settle(key, r, g.exit if g else None, "d.test", "answered", 1.0, final=True)
+    assert float(await redis.get(Names(prefix).gw_credits_key("b"))) == 3.0
+    assert (
+        await replicas[0].reserve(key, rid(), 1.0, exits, "y.test", None, 10, admit=True)
+    ).refused == "budget"
+
+
+async def test_a_ban_cools_the_pair_for_its_key_until_several_keys_met_one(redis: Redis, prefix: str) -> None:
+    keys = [{"id": k, "key_env": "K"} for k in ("alice", "bob", "carol")]
+    conf = config(min_interval=0, keys=keys, ban_quorum=2, cooldown={"base": 10, "max": 40, "jitter": 0})
+    names = Names(prefix)
+    pool = Pool(redis, names, conf)
+    alice, bob, carol = (ApiKey(id=k["id"], key_env="K") for k in keys)
+    e0 = conf.exits[0]
+    for _ in range(3):  # however often alice meets a ban, it is hers alone
+        settled = await pool.settle(alice, rid(), e0, "a.test", "banned", 1.0, final=True)
+        assert not settled.fleet
+    assert (await pool.reserve(alice, rid(), 1.0, [e0], "a.test", None, 10, admit=True)).exit is None
+    assert (await pool.reserve(bob, rid(), 1.0, [e0], "a.test", None, 10, admit=True)).exit == e0
+    assert await redis.exists(names.gw_cool_key("e0", "a.test")) == 0
+    # A second key meeting a ban there is evidence enough: the pair cools for every key.
+    assert (await pool.settle(bob, rid(), e0, "a.test", "banned", 1.0, final=True)).fleet
+    assert (await pool.reserve(carol, rid(), 1.0, [e0], "a.test", None, 10, admit=True)).exit is None
+    # Failures alike: one key's alone never mark the exit dead.
+    e1 = conf.exits[1]
+    for i in range(conf.dead_after + 2):
+        assert not (await pool.settle(alice, rid(), e1, f"f{i}.test", "failed", 1.0, final=True)).died
+    assert (await pool.settle(bob, rid(), e1, "g.test", "failed", 1.0, final=True)).died

@@ -27,8 +27,11 @@ from tests.support.exits import ForwardProxy, write_proxies
 from tests.support.scripted import ScriptedSite
 from tests.support.wait import until
 
-KEY = "render-key"
-ENV = {"GW_TEST_KEY": KEY}
+KEY = "render-key-0123456789"
+ALICE, BOB = "alice-render-key-0123", "bob-render-key-012345"
+METRICS_TOKEN = "render-metrics-token-0123"
+ENV = {"GW_TEST_KEY": KEY, "GW_ALICE": ALICE, "GW_BOB": BOB, "GW_METRICS": METRICS_TOKEN}
+TWO_KEYS = [{"id": "alice", "key_env": "GW_ALICE"}, {"id": "bob", "key_env": "GW_BOB"}]
 Start = Callable[..., Awaitable[tuple[str, Gateway]]]
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,12 +73,12 @@ async def gateway(
         await runner.cleanup()
 
 
-async def render(base: str, url: str, **params: str) -> dict[str, Any]:
+async def render(base: str, url: str, key: str = KEY, **params: str) -> dict[str, Any]:
     async with httpx.AsyncClient(trust_env=False, timeout=60) as client:
         resp = await client.get(
             f"{base}/fetch",
             params={"url": url, "render_js": "true", "json_response": "true", **params},
-            headers={"X-API-Key": KEY},
+            headers={"X-API-Key": key},
         )
     assert resp.status_code == 200, resp.text
     answer: dict[str, Any] = resp.json()
@@ -195,6 +198,103 @@ async def test_a_sticky_session_keeps_its_cookies_and_a_fresh_render_has_none(
     assert '<p id="seen">visited=1</p>' in again["body"]
     fresh = await render(base, site.url("a.test", "/cookie"))
     assert '<p id="seen"></p>' in fresh["body"]
+
+
+async def test_two_keys_naming_one_session_never_share_cookies_or_storage(
+    site: ScriptedSite, gateway: Start
+) -> None:
+    base, _ = await gateway(keys=TWO_KEYS, metrics_token_env="GW_METRICS")
+    kept = site.url("a.test", "/kept")
+    await render(base, kept, key=ALICE, session="cart-1")
+    alice = (await render(base, kept, key=ALICE, session="cart-1"))["body"]
+    assert '<p id="seen">visited=1</p>' in alice and '<p id="stored">stored-before</p>' in alice
+    bob = (await render(base, kept, key=BOB, session="cart-1"))["body"]
+    assert '<p id="seen"></p>' in bob and '<p id="stored"></p>' in bob, bob
+    # Two sessions now (one per key); how many, and renders in flight, only to the metrics token.
+    async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+        anyone = (await client.get(f"{base}/healthz")).json()["render"]
+        operator = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+        told = (await client.get(f"{base}/healthz", headers=operator)).json()["render"]
+    assert anyone == {"browsers": 1, "contexts": 2} and told["sessions"] == 2
+
+
+async def test_a_rendered_page_past_max_body_bytes_is_too_large_and_not_charged(
+    site: ScriptedSite, gateway: Start
+) -> None:
+    base, _ = await gateway()
+    grown = await render(base, site.url("a.test", "/grow"), max_body_bytes="2048")
+    assert grown["error"]["kind"] == "too_large" and grown["credits_used"] == 0, grown
+    assert "exceeds max_body_bytes (2048)" in grown["error"]["message"]
+    whole = await render(base, site.url("a.test", "/grow"), max_body_bytes="10000")
+    assert whole["rendered"] is True and "x" * 5000 in whole["body"]
+
+
+async def test_a_redirect_to_another_origin_carries_no_cookie(tmp_path: Path) -> None:
+    import aiohttp
+    from prometheus_client import CollectorRegistry
+
+    from crawler.gateway.render.intercept import Answer, Interception
+    from crawler.gateway.render.metrics import RenderMetrics
+    from demo.site import free_port
+
+    seen: list[tuple[str, str | None]] = []
+    port = free_port("127.0.0.21", "127.0.0.23")
+
+    async def serve(request: web.Request) -> web.Response:
+        seen.append((f"{request.host}{request.path}", request.headers.get("Cookie")))
+        if request.path == "/away":
+            raise web.HTTPFound(f"http://127.0.0.23:{port}/landed")
+        if request.path == "/here":
+            raise web.HTTPFound("/landed")
+        return web.Response(text="landed")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", serve)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    for ip in ("127.0.0.21", "127.0.0.23"):
+        await web.TCPSite(runner, ip, port).start()
+    try:
+        async with aiohttp.ClientSession(trust_env=False) as http:
+
+            async def send(method: str, url: str, headers: dict[str, str], body: bytes | None) -> Answer:
+                async with http.request(method, url, headers=headers, data=body, allow_redirects=False) as r:
+                    return Answer(r.status, list(r.headers.items()), await r.read())
+
+            page = f"http://127.0.0.21:{port}/"
+            hops = Interception(
+                page, Answer(200, [], b""), send, frozenset(), RenderMetrics(CollectorRegistry()), 10
+            )
+            for path in ("/here", "/away"):
+                _, answer = await hops._follow(
+                    "GET", f"http://127.0.0.21:{port}{path}", {"cookie": "sid=s3"}, None
+                )
+                assert answer.body == b"landed"
+    finally:
+        await runner.cleanup()
+    assert seen == [
+        (f"127.0.0.21:{port}/here", "sid=s3"),
+        (f"127.0.0.21:{port}/landed", "sid=s3"),  # the same origin keeps it
+        (f"127.0.0.21:{port}/away", "sid=s3"),
+        (f"127.0.0.23:{port}/landed", None),  # another origin never sees it
+    ]
+
+
+async def test_chromium_runs_with_its_sandbox_when_render_sandbox_is_set(gateway: Start) -> None:
+    from crawler.gateway.render.processes import cmdline
+
+    _, gw = await gateway()
+    assert gw.renderer is not None and "--no-sandbox" in cmdline(gw.renderer.pool.pids[0])
+    try:
+        _, boxed = await gateway(
+            render={"browsers": 1, "contexts": 1, "executable": chromium(), "sandbox": True}
+        )
+    except ConfigError as exc:
+        # As root, or without unprivileged user namespaces, Chromium refuses to start sandboxed: it
+        # is said at start, never run without the sandbox asked for.
+        assert "cannot launch" in str(exc)
+        return
+    assert boxed.renderer is not None and "--no-sandbox" not in cmdline(boxed.renderer.pool.pids[0])
 
 
 async def test_render_options_and_a_gateway_without_a_renderer(

@@ -24,7 +24,7 @@ from tests.support.scripted import ScriptedSite
 from tests.support.services import REDIS_URL, crawler_command, env_for
 from tests.support.wait import until
 
-KEY = "render-crawl-key"
+KEY = "render-crawl-key-0123456789"
 
 
 def pages(database_url: str) -> dict[str, tuple[str | None, bool, str | None, float, str | None]]:

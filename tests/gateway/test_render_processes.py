@@ -45,7 +45,7 @@ async def test_no_chromium_is_left_behind(tmp_path: Path, prefix: str, how: str)
     port = free_port("127.0.0.48")
     gateway = subprocess.Popen(
         crawler_command("crawler-gateway", "--listen", f"127.0.0.48:{port}", "--proxies", str(path)),
-        env=env_for(settings) | {"GW_TEST_KEY": "k"},
+        env=env_for(settings) | {"GW_TEST_KEY": "k-0123456789abcdef"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

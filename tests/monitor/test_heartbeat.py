@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
 import time
 from dataclasses import asdict
 
+import pytest
 from redis.asyncio import Redis
 
 from crawler.monitor.heartbeat import Heartbeat, WorkerStatus, workers
+from crawler.monitor.liveness import renew
 from crawler.monitor.metrics import Metrics
 from crawler.names import GONE_KEPT, Names
 from tests.support.wait import until
@@ -114,3 +117,32 @@ async def test_workers_gone_for_long_are_forgotten_at_the_next_start(redis: Redi
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_renewal_stops_when_cancelled_even_if_a_write_swallows_the_cancellation(
+    redis: Redis, prefix: str
+) -> None:
+    # A Redis call cut short by the cancellation may swallow the CancelledError (seen in
+    # crawler-gateway, whose SIGTERM then hung on its report for good): the renewal stops anyway,
+    # and still removes its record.
+    key = f"{prefix}:renewed"
+    writing = asyncio.Event()
+
+    async def write() -> None:
+        await redis.set(key, "1")
+        writing.set()
+        with contextlib.suppress(asyncio.CancelledError):  # what a library cut short may do
+            await asyncio.sleep(30)
+
+    async def remove() -> None:
+        await redis.delete(key)
+
+    async def tidy() -> None:
+        return None
+
+    task = asyncio.create_task(renew(write, remove, tidy, 0.05, 10, "test record"))
+    await writing.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 10)
+    assert not await redis.exists(key)

@@ -73,11 +73,17 @@ def exercised() -> Metrics:
     )
     m.observe_rate_wait("a.test", 0.3)
     m.observe_ack_delay("commit", 0.002)
+    m.observe_ack_frames(2, 1)
     m.observe_refresh("a.test", "not_modified")
     m.observe_version("a.test", "changed")
     m.observe_sitemap_file("a.test", "read")
     m.observe_sitemap_url("a.test", "dropped", "other_host", 3)
     m.observe_archived("a.test", False, 9_000)
+    m.observe_upload(9_000, 0.4)
+    m.observe_upload_failed("NoSuchBucket")
+    m.observe_uploads_waiting(1, 9_000)
+    m.observe_webhook("hooks.example", "delivered")
+    m.observe_webhook_seconds(0.05)
     m.add_credits("scraping-api", 2)
     m.message_started("a.test")
     m.observe_queue("crawler.domain.a.test", "domain", "a.test", 7, 2)
@@ -393,3 +399,25 @@ async def test_scraping_a_worker_during_a_crawl_matches_the_pages_stored(
         finally:
             worker.send_signal(signal.SIGTERM)
             await asyncio.to_thread(finish, worker)
+
+
+def test_worker_and_scheduler_metrics_listen_on_loopback_unless_told() -> None:
+    from crawler.cli import build_consume_parser
+    from crawler.scheduler.cli import build_parser as scheduler_parser
+    from crawler.worker.watching import Monitoring
+
+    consume = build_consume_parser().parse_args(["--metrics-port", "9410"])
+    scheduler = scheduler_parser().parse_args(["--metrics-port", "9411"])
+    assert consume.metrics_addr == scheduler.metrics_addr == Monitoring().addr == "127.0.0.1"
+    server = endpoint.serve(Metrics().registry, 0, consume.metrics_addr, lambda: (True, "ok"))
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5):
+            pass
+        # Another address of this machine (a loopback alias here; a LAN address in production).
+        with pytest.raises(OSError), socket.create_connection(("127.0.0.2", server.port), timeout=5):
+            pass
+    finally:
+        server.close()
+    # Told otherwise, as deploy/ does inside its containers.
+    told = build_consume_parser().parse_args(["--metrics-port", "9410", "--metrics-addr", "0.0.0.0"])
+    assert told.metrics_addr == "0.0.0.0"

@@ -58,7 +58,7 @@ async def test_without_a_terminal_progress_is_log_lines(caplog: pytest.LogCaptur
 
     with caplog.at_level(logging.INFO, logger="crawler.monitor.progress"):
         try:
-            found = await until(lines, lambda ls: len(ls) >= 2, within=10, what="two progress lines")
+            found = await until(lines, lambda ls: len(ls) >= 2, within=30, what="two progress lines")
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)

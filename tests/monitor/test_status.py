@@ -223,6 +223,16 @@ def test_render_shows_queues_rates_and_workers() -> None:
         line = next(line for line in text.splitlines() if line.startswith(host))
         assert state in line
     assert "unacked unknown" not in text
+    assert "archive uploads" not in text  # no worker uploads: no column
+
+
+def test_render_shows_a_workers_archive_uploads_waiting_and_failing() -> None:
+    workers = [dict(w) for w in SAMPLE["workers"]]
+    workers[0] |= {"archive_waiting": 2, "archive_error": "uploading to s3://b/x: NoSuchBucket: gone"}
+    text = render({**SAMPLE, "workers": workers})
+    line = next(line for line in text.splitlines() if line.startswith("h0"))
+    assert "2 file(s) waiting; last failed: uploading to s3://b/x: NoSuchBucket: gone" in line
+    assert "none waiting" in next(line for line in text.splitlines() if line.startswith("h1"))
 
 
 async def test_credits_per_domain_show_only_when_some_domain_spent(

@@ -11,6 +11,7 @@ import pytest
 from crawler.config import load_config
 from crawler.service import control as control_module
 from crawler.service.control import Control
+from tests.support.redis_server import PrivateRedis
 from tests.support.services import settings_for
 from tests.support.sites import shops, write_config
 
@@ -35,3 +36,33 @@ async def test_views_asked_together_share_one_read_of_the_status(
         monkeypatch.setattr(control_module, "STATUS_FRESH", 0.0)
         await control.domains()
         assert reads == 2  # an older read is not served again
+
+
+async def test_the_domains_view_reads_no_robots_txt_body(private_redis: PrivateRedis) -> None:
+    import json
+
+    from redis.asyncio import Redis as AsyncRedis
+
+    from crawler.config import parse_config
+    from crawler.names import Names
+    from crawler.service.health import domain_health
+
+    names = Names("robots-view")
+    config = parse_config("domains: {" + ", ".join(f"d{i}.test: {{}}" for i in range(40)) + "}\n")
+    body = "User-agent: *\n" + "Disallow: /private/\n" * 20_000  # ~400 KB each
+    client = AsyncRedis.from_url(private_redis.url)
+    try:
+        for i in range(40):
+            await client.set(names.robots_key(f"http://d{i}.test"), json.dumps({"body": body}))
+        down = json.dumps({"unavailable": "robots.txt unavailable: HTTP 503"})
+        await client.set(names.robots_key("http://d0.test:8080"), down)
+        before = (await client.info("stats"))["total_net_output_bytes"]
+        health = await domain_health(client, names, config, sorted(config.domains))
+        sent = (await client.info("stats"))["total_net_output_bytes"] - before
+    finally:
+        await client.aclose()
+    assert health["d1.test"].robots.state == "ok" and health["d1.test"].robots.origins == 1
+    assert health["d0.test"].robots.state == "unavailable"
+    assert health["d0.test"].robots.detail == "robots.txt unavailable: HTTP 503"
+    # 40 bodies of ~400 KB were held; the view read a head of each (and the info call's own answer).
+    assert sent < 200_000, f"{sent} bytes read from Redis to list 41 robots.txt"

@@ -59,8 +59,8 @@ def records() -> list[PageRecord]:
     ]
 
 
-@pytest.fixture
-async def filled(database_url: str) -> str:
+async def fill(database_url: str) -> str:
+    """`database_url` with the three pages of `records`."""
     migrate(database_url)
     sink = Sink(database_url)
     try:
@@ -68,6 +68,11 @@ async def filled(database_url: str) -> str:
     finally:
         sink.close()
     return database_url
+
+
+@pytest.fixture
+async def filled(database_url: str) -> str:
+    return await fill(database_url)
 
 
 def test_jsonl(filled: str, tmp_path: Path) -> None:
@@ -93,6 +98,38 @@ def test_csv_has_a_column_per_field(filled: str, tmp_path: Path) -> None:
     desk = by_name['Desk, "oak"']
     assert desk["price"] == "" and json.loads(desk["reviews"]) == [{"a": "Ann", "r": 5}]
     assert desk["error"] == "extraction: required field 'price' missing"
+
+
+async def test_csv_cells_a_spreadsheet_would_run_are_made_inert(sqlite_url: str, tmp_path: Path) -> None:
+    migrate(sqlite_url)
+    hostile = ['=HYPERLINK("http://evil.test","x")', "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx"]
+    sink = Sink(sqlite_url)
+    try:
+        await sink.store_many(
+            [
+                PageRecord(
+                    url=f"https://shop.test/p/{i}",
+                    domain="shop.test",
+                    depth=1,
+                    attempts=1,
+                    status_code=200,
+                    title=text,
+                    data={"name": text, "price": -5.0, "=cmd": "ok"},
+                    fetched_at=T0,
+                )
+                for i, text in enumerate(hostile)
+            ]
+        )
+    finally:
+        sink.close()
+    out = tmp_path / "pages.csv"
+    export(sqlite_url, "csv", out)
+    with out.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["name"] for r in rows) == sorted("'" + t for t in hostile)
+    assert all(r["title"] == r["name"] for r in rows)
+    assert {r["price"] for r in rows} == {"-5.0"}  # a number stays a number
+    assert "'data.=cmd" in rows[0] or "'=cmd" in rows[0]  # a field's name is a cell too
 
 
 def test_parquet_has_typed_columns(filled: str, tmp_path: Path) -> None:

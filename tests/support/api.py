@@ -25,6 +25,7 @@ class Api:
 
     base: str
     process: subprocess.Popen[str]
+    log: str = ""  # its stderr, once stopped
 
     def client(self, token: str | None = ADMIN) -> httpx.Client:
         """A client of the API sending `token` (none if None)."""
@@ -32,10 +33,10 @@ class Api:
         return httpx.Client(base_url=self.base, headers=headers, timeout=30, trust_env=False)
 
 
-def start(settings: Settings, port: int) -> subprocess.Popen[str]:
+def start(settings: Settings, port: int, tokens: str = TOKENS) -> subprocess.Popen[str]:
     """Start `crawler-api` on API_IP:port."""
     env = env_for(settings)
-    env["CRAWLER_API_TOKENS"] = TOKENS
+    env["CRAWLER_API_TOKENS"] = tokens
     return subprocess.Popen(
         crawler_command("crawler-api", "--listen", f"{API_IP}:{port}"),
         env=env,
@@ -76,14 +77,15 @@ def stop(process: subprocess.Popen[str]) -> str:
 
 
 @contextmanager
-def running(settings: Settings) -> Iterator[Api]:
-    """A running API for `settings`, stopped after."""
+def running(settings: Settings, tokens: str = TOKENS) -> Iterator[Api]:
+    """A running API for `settings`, stopped after (its stderr then in `log`)."""
     port = free_port(API_IP)
-    process = start(settings, port)
+    process = start(settings, port, tokens)
     base = f"http://{API_IP}:{port}"
+    api = Api(base, process)
     try:
         wait_ready(base, process)
-        yield Api(base, process)
+        yield api
     finally:
-        err = stop(process)
+        err = api.log = stop(process)
         assert "Traceback" not in err, err

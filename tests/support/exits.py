@@ -4,7 +4,10 @@ and a site that logs every request's client address and bans one that asks too f
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import ssl
+import subprocess
 import time
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
@@ -15,10 +18,11 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from bench.exits import serve_client
+from bench.exits import connect_from, serve_client
 
-KEY = "s3cret-key"
-ENV = {"GW_TEST_KEY": KEY}  # the key write_proxies' files name
+KEY = "s3cret-key-0123456789"
+METRICS_TOKEN = "metrics-token-0123456789"
+ENV = {"GW_TEST_KEY": KEY, "GW_METRICS_TOKEN": METRICS_TOKEN}  # what write_proxies' files may name
 SOURCES = ["127.0.0.42", "127.0.0.43", "127.0.0.44"]  # the `proxies` fixture's exits leave from these
 Start = Callable[..., Awaitable[str]]
 """The `gateway` fixture: starts a gateway on the given exits (and proxies.yaml settings); its base URL."""
@@ -167,3 +171,140 @@ def write_proxies(path: Path, proxies: list[ForwardProxy], **settings: Any) -> P
     }
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+class TunnelProxy:
+    """An exit that tunnels (CONNECT) from `source`, resolving names with its own `hosts` map (so it
+    can see a name elsewhere than the gateway's guard did); with `credentials` it wants them as
+    Proxy-Authorization (407 without), with `refuse` it answers every CONNECT 403. `connects` holds
+    each CONNECT target as asked, `authorizations` each Proxy-Authorization (None when absent)."""
+
+    def __init__(
+        self,
+        listen: str,
+        source: str,
+        *,
+        hosts: dict[str, str] | None = None,
+        credentials: tuple[str, str] | None = None,
+        refuse: bool = False,
+    ) -> None:
+        self.listen = listen
+        self.source = source
+        self.hosts = hosts or {}
+        self.credentials = credentials
+        self.refuse = refuse
+        self.connects: list[str] = []
+        self.authorizations: list[str | None] = []
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://{self.listen}:{self._server.sockets[0].getsockname()[1]}"
+
+    async def start(self) -> TunnelProxy:
+        self._server = await asyncio.start_server(self._serve, self.listen, 0)
+        return self
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        # Every connection of both sides closed, whether or not its task has started.
+        for writer in list(self._writers):
+            writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self._writers.add(writer)
+        try:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+            line, *lines = head.rstrip("\r\n").split("\r\n")
+            method, target, _ = line.split(" ")
+            fields = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines)}
+            self.connects.append(target)
+            self.authorizations.append(fields.get("proxy-authorization"))
+            if method != "CONNECT":
+                writer.write(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
+                return
+            if self.credentials is not None:
+                want = "Basic " + base64.b64encode(":".join(self.credentials).encode()).decode()
+                if fields.get("proxy-authorization") != want:
+                    writer.write(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
+                    return
+            if self.refuse:
+                writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                return
+            host, _, port = target.rpartition(":")
+            host = host.strip("[]")
+            up_reader, up_writer = await connect_from(self.hosts.get(host, host), int(port), self.source)
+            self._writers.add(up_writer)
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer), return_exceptions=True)
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            with contextlib.suppress(OSError):
+                writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+        finally:
+            self._tasks.discard(task)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while chunk := await reader.read(65536):
+            writer.write(chunk)
+            await writer.drain()
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+@dataclass
+class Certificates:
+    """A CA of the test's own (`ca`, a PEM file to trust) and a certificate it signed for `names`."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    def server_context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.cert, self.key)
+        return context
+
+
+def make_certificates(directory: Path, names: list[str]) -> Certificates:
+    """A CA and a server certificate for `names` (DNS names), made with the openssl command."""
+    ca, ca_key = directory / "ca.pem", directory / "ca.key"
+    cert, key, csr = directory / "site.pem", directory / "site.key", directory / "site.csr"
+    ext = directory / "san.ext"
+    ext.write_text("subjectAltName=" + ",".join(f"DNS:{n}" for n in names) + "\n")
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(ca_key), "-out", str(ca),
+        "-days", "2", "-subj", "/CN=crawler test CA")  # fmt: skip
+    run(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        str(key),
+        "-out",
+        str(csr),
+        "-subj",
+        f"/CN={names[0]}",
+    )
+    run("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key), "-CAcreateserial",
+        "-out", str(cert), "-days", "2", "-extfile", str(ext))  # fmt: skip
+    return Certificates(ca, cert, key)

@@ -76,6 +76,21 @@ document.cookie = 'visited=1; path=/';
 </script></body></html>"""
 
 
+# What a session keeps: its cookies and its localStorage, shown then set.
+KEPT = """<html><head><title>kept</title></head><body><p id="seen"></p><p id="stored"></p><script>
+document.getElementById('seen').textContent = document.cookie;
+document.getElementById('stored').textContent = localStorage.getItem('who') || '';
+document.cookie = 'visited=1; path=/';
+localStorage.setItem('who', 'stored-before');
+</script></body></html>"""
+
+
+# A small document whose DOM grows past 5 KB once its script runs.
+GROW = """<html><head><title>grow</title></head><body><script>
+document.body.insertAdjacentHTML('beforeend', '<p>' + 'x'.repeat(5000) + '</p>');
+</script></body></html>"""
+
+
 @dataclass
 class ScriptedSite:
     """The scripted pages on `ip`; `log` holds (monotonic time, path) of every request."""
@@ -117,6 +132,8 @@ class ScriptedSite:
             "/restless": RESTLESS,
             "/slow": SLOW,
             "/cookie": COOKIE,
+            "/kept": KEPT,
+            "/grow": GROW,
         }.get(path)
         if html is not None:
             return web.Response(text=html, content_type="text/html")

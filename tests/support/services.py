@@ -93,6 +93,7 @@ def settings_for(
         config_path=str(config_path),
         prefix=prefix,
         archive_dir=str(archive_dir or config_path.parent / "archive"),
+        archive_spool=str(config_path.parent / "archive-spool"),
     )
 
 
@@ -106,8 +107,12 @@ def env_for(settings: Settings) -> dict[str, str]:
         CRAWLER_CONFIG=settings.config_path,
         CRAWLER_PREFIX=settings.prefix,
         CRAWLER_ARCHIVE_DIR=settings.archive_dir,
+        CRAWLER_ARCHIVE_SPOOL=settings.archive_spool,
         PYTHONWARNINGS="error",
     )
+    env.pop("CRAWLER_S3_ENDPOINT_URL", None)
+    if settings.s3_endpoint_url:
+        env["CRAWLER_S3_ENDPOINT_URL"] = settings.s3_endpoint_url
     env.pop("CRAWLER_DEDUP", None)
     if settings.dedup:
         env["CRAWLER_DEDUP"] = settings.dedup
@@ -116,17 +121,19 @@ def env_for(settings: Settings) -> dict[str, str]:
 
 def crawler_command(entry: str, *args: str) -> list[str]:
     """argv running a console script of this package with the test's Python."""
-    module, func = {
-        "crawler": ("crawler.cli", "main"),
-        "crawler-consume": ("crawler.cli", "consume_main"),
-        "crawler-gateway": ("crawler.gateway.cli", "main"),
-        "crawler-api": ("crawler.api.main", "main"),
+    func = {
+        "crawler": "crawler",
+        "crawler-consume": "consume",
+        "crawler-gateway": "gateway",
+        "crawler-api": "api",
+        "crawler-scheduler": "scheduler",
     }[entry]
-    # The tripwire first: whatever the crawler does, it connects nowhere but loopback.
+    # The tripwire first: whatever the crawler does, it connects nowhere but loopback. Then the
+    # program as its console script starts it: through crawler/launch.py.
     code = (
         f"import sys; sys.path.insert(0, {str(REPO)!r}); "
         "from tests.support import tripwire; tripwire.install(); "
-        f"from {module} import {func}; sys.exit({func}(sys.argv[1:]))"
+        f"from crawler.launch import {func}; sys.exit({func}())"
     )
     return [sys.executable, "-c", code, *args]
 
@@ -167,6 +174,19 @@ async def queue_depth(amqp_url: str, queue: str) -> int:
         return declared.declaration_result.message_count or 0
 
 
+async def consumers(amqp_url: str, queue: str) -> int:
+    """Consumers of a queue, asked of the broker itself (0 if there is no such queue)."""
+    import aio_pika
+
+    async with await aio_pika.connect(amqp_url) as connection:
+        channel = await connection.channel()
+        try:
+            declared = await channel.declare_queue(queue, passive=True)
+        except aio_pika.exceptions.ChannelNotFoundEntity:
+            return 0
+        return declared.declaration_result.consumer_count or 0
+
+
 def unacked(amqp_url: str, queue: str) -> int:
     """Messages of a queue delivered and not yet acked, asked of the node itself (the management
     API's figures are up to 5 s old)."""
@@ -183,10 +203,3 @@ def unacked(amqp_url: str, queue: str) -> int:
         if name == queue:
             return int(count)
     raise AssertionError(f"queue {queue!r} not found in vhost {vhost_name!r}: {out!r}")
-
-
-def restart_rabbitmq() -> None:
-    """Stop and start the RabbitMQ application; durable queues and persistent messages survive."""
-    subprocess.run(["rabbitmqctl", "stop_app"], check=True, capture_output=True, timeout=120)
-    subprocess.run(["rabbitmqctl", "start_app"], check=True, capture_output=True, timeout=120)
-    subprocess.run(["rabbitmqctl", "await_startup"], check=True, capture_output=True, timeout=120)

@@ -148,7 +148,7 @@ async def test_a_slow_hook_is_bounded_by_the_page_deadline(
         )
     finally:
         hooks.released.set()  # the thread of the sync hook runs on; let it end
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 20  # far short of the hook's 30 s, however loaded the machine
     assert outcome.failure is not None and not outcome.failure.transient
     assert "did not return within" in (outcome.record.error or "")
 

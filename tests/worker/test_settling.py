@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 
 import aio_pika
+import pytest
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 from redis.asyncio import Redis
 
 from crawler.dedup.store import DONE, SeenStore
 from crawler.frontier.crawls import CrawlState
+from crawler.monitor import readings
+from crawler.monitor.metrics import Metrics
 from crawler.names import Names
 from crawler.worker.settling import Settling
 from tests.support.wait import until
@@ -84,7 +87,8 @@ async def test_a_delivery_is_acked_at_once_behind_one_still_in_flight(
 async def test_deliveries_ending_together_at_the_head_go_as_one_multiple_ack(
     amqp_url: str, redis: Redis, prefix: str
 ) -> None:
-    settling = Settling(SeenStore(redis, Names(prefix)), None)
+    metrics = Metrics()
+    settling = Settling(SeenStore(redis, Names(prefix)), None, metrics)
     connection, _, _, got = await deliveries(amqp_url, [b"1", b"2", b"3", b"4", b"5"])
     sent = acks_sent(got[0])
     for message in got:
@@ -92,6 +96,7 @@ async def test_deliveries_ending_together_at_the_head_go_as_one_multiple_ack(
     await settling.ack(got[3])  # behind 1, 2 and 3: on its own
     await asyncio.gather(*(settling.ack(m) for m in got[:3]))
     assert sent == [(4, False), (3, True)]
+    assert readings.ack_frames(metrics) == (2, 1)  # the frames written, as the worker's metrics count them
     assert await left_after_close(amqp_url, connection) == [b"5"]
 
 
@@ -173,3 +178,64 @@ async def test_a_failed_write_acks_nothing_and_says_so(amqp_url: str, redis: Red
         raise AssertionError("the failed count was not reported")
     assert sent == []
     assert await left_after_close(amqp_url, connection) == [b"1"]
+
+
+def frames_sent(message: AbstractIncomingMessage) -> list[tuple[str, int, bool]]:
+    """Every basic.ack and basic.nack sent from now on the channel `message` came on, as (method, tag,
+    multiple), in order; each still goes to the broker."""
+    channel = message.channel
+    sent: list[tuple[str, int, bool]] = []
+    ack, nack = channel.basic_ack, channel.basic_nack
+
+    async def basic_ack(delivery_tag: int, multiple: bool = False, wait: bool = True) -> None:
+        sent.append(("ack", delivery_tag, multiple))
+        await ack(delivery_tag, multiple=multiple, wait=wait)
+
+    async def basic_nack(
+        delivery_tag: int, multiple: bool = False, requeue: bool = True, wait: bool = True
+    ) -> None:
+        sent.append(("nack", delivery_tag, multiple))
+        await nack(delivery_tag, multiple=multiple, requeue=requeue, wait=wait)
+
+    channel.basic_ack = basic_ack  # type: ignore[method-assign]
+    channel.basic_nack = basic_nack  # type: ignore[method-assign]
+    return sent
+
+
+def covered_unsettled(sent: list[tuple[str, int, bool]], seen: set[int]) -> list[int]:
+    """Tags a `multiple` ack covered that were not seen, or not yet acked or nacked on their own."""
+    settled: set[int] = set()
+    wrong: list[int] = []
+    for method, tag, multiple in sent:
+        if multiple:
+            wrong += [t for t in range(1, tag) if t not in settled and (t not in seen or method == "nack")]
+            settled.update(range(1, tag + 1))
+        settled.add(tag)
+    return wrong
+
+
+@pytest.mark.parametrize(
+    ("bodies", "seen"),
+    [
+        ([b"1", b"2", b"3", b"4"], [1, 3, 4]),  # 2 dropped between two the pipeline saw
+        ([b"1", b"2", b"3"], [3]),  # 1 and 2 dropped before the first, as around a channel's restore
+    ],
+)
+async def test_a_delivery_the_worker_never_saw_is_returned_and_never_covered_by_a_multiple_ack(
+    amqp_url: str, redis: Redis, prefix: str, bodies: list[bytes], seen: list[int]
+) -> None:
+    settling = Settling(SeenStore(redis, Names(prefix)), None)
+    connection, channel, _, got = await deliveries(amqp_url, bodies)
+    sent = frames_sent(got[0])
+    # The client library dropped the others before the pipeline saw them.
+    for tag in seen:
+        settling.delivered(got[tag - 1])
+    await asyncio.gather(*(settling.ack(got[tag - 1]) for tag in seen))
+    assert covered_unsettled(sent, set(seen)) == []
+    dropped = [tag for tag in range(1, len(bodies) + 1) if tag not in seen]
+    assert [(method, tag) for method, tag, _ in sent if method == "nack"] == [("nack", t) for t in dropped]
+    # They went back to their queue at once and came again (to the test's own consumer), not acked.
+    await until(lambda: len(got) == len(bodies) + len(dropped))
+    assert all(m.redelivered for m in got[len(bodies) :])
+    assert not channel.is_closed
+    assert await left_after_close(amqp_url, connection) == [bodies[t - 1] for t in dropped]

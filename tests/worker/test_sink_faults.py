@@ -15,6 +15,8 @@ import pytest
 import yaml
 from psycopg import sql
 
+from bench.postgres import PrivatePostgres
+from crawler.sink.sql import migrate
 from demo.site import Route, Site, free_port, page, serve
 from tests.conftest import PG_SERVER
 from tests.support.crawls import consumer, finish, seed, stored
@@ -137,3 +139,22 @@ async def test_a_read_only_postgresql_holds_the_crawl_until_it_takes_writes(
         tmp_path, amqp_url, prefix, pg_url, lambda: read_only(True), lambda: read_only(False)
     )
     assert "cannot execute INSERT in a read-only transaction" in logs, logs
+
+
+@pytest.mark.timeout(240)
+async def test_postgresql_restarted_mid_crawl_the_sink_reconnects_and_no_page_is_acked_without_its_row(
+    tmp_path: Path, amqp_url: str, prefix: str, private_pg: PrivatePostgres
+) -> None:
+    # A cluster of the test's own, stopped as by a crash (what was under way is lost, recovered at
+    # start): every connection of every consumer breaks mid-transaction.
+    with psycopg.connect(private_pg.url(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE crawl")
+    database_url = private_pg.url("crawl")
+    await asyncio.to_thread(migrate, database_url)
+
+    def restart() -> None:
+        private_pg.restart("immediate")
+
+    errors = await crawl_through_an_outage(tmp_path, amqp_url, prefix, database_url, restart, lambda: None)
+    assert private_pg.restarts == 1
+    assert "Traceback" not in errors, errors

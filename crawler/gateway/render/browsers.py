@@ -20,7 +20,14 @@ from playwright.async_api import Error as PlaywrightError
 from crawler.errors import ConfigError
 from crawler.gateway.render.metrics import RenderMetrics
 from crawler.gateway.render.options import RenderConfig
-from crawler.gateway.render.processes import FLAGS, find_marked, is_script, tree_rss, write_launchers
+from crawler.gateway.render.processes import (
+    FLAGS,
+    NO_SANDBOX,
+    find_marked,
+    is_script,
+    tree_rss,
+    write_launchers,
+)
 
 log = logging.getLogger("crawler.gateway.render")
 MARKER = "--crawler-gateway-browser="  # tells our Chromium processes apart in /proc
@@ -66,7 +73,8 @@ class BrowserPool:
         self._metrics = metrics
         self._slots = [Slot(i) for i in range(config.browsers)]
         self._free = asyncio.Semaphore(config.browsers * config.contexts)
-        self._sessions: dict[str, Session] = {}
+        # By (API key id, session name): a key never gets another key's cookies or storage.
+        self._sessions: dict[tuple[str, str], Session] = {}
         self._playwright: Playwright | None = None
         self._dir = tempfile.TemporaryDirectory(prefix="crawler-render-")
         self._token = uuid.uuid4().hex[:12]
@@ -142,7 +150,8 @@ class BrowserPool:
         marker = f"{MARKER}{self._token}-{slot.index}-{uuid.uuid4().hex[:6]}"
         browser = await self._playwright.chromium.launch(
             executable_path=self._browser_exe,
-            args=[*FLAGS, marker],
+            args=[*FLAGS, *([] if self.config.sandbox else [NO_SANDBOX]), marker],
+            chromium_sandbox=self.config.sandbox,
             headless=True,
             timeout=self.config.launch_timeout * 1000,
             handle_sigint=False,
@@ -184,7 +193,7 @@ class BrowserPool:
         return min(usable or self._slots, key=lambda s: s.busy)
 
     @contextlib.asynccontextmanager
-    async def lease(self, session: str | None) -> AsyncIterator[BrowserContext]:
+    async def lease(self, session: tuple[str, str] | None) -> AsyncIterator[BrowserContext]:
         """A context to render one page in: fresh (closed after), or the session's own."""
         async with self._free:
             if session is not None:
@@ -206,7 +215,7 @@ class BrowserPool:
                 await self._done(slot)
 
     @contextlib.asynccontextmanager
-    async def _session(self, name: str) -> AsyncIterator[BrowserContext]:
+    async def _session(self, name: tuple[str, str]) -> AsyncIterator[BrowserContext]:
         self._expire()
         held = self._sessions.get(name)
         if held is None or not held.slot.usable or held.pages >= self.config.pages_per_context:

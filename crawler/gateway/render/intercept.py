@@ -20,6 +20,14 @@ log = logging.getLogger("crawler.gateway.render")
 MAX_HOPS = 10
 # Framing the gateway undoes when it reads a body (decoded, whole), so it must not be passed on.
 DROPPED = frozenset({"content-encoding", "content-length", "transfer-encoding", "connection", "keep-alive"})
+# What a redirect to another origin must not carry on.
+CREDENTIALS = frozenset({"cookie", "authorization", "proxy-authorization"})
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, (parts.hostname or "").lower(), port
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +103,8 @@ class Interception:
     ) -> tuple[str, Answer]:
         """The answer at the end of `url`'s redirects, each hop guarded: (final URL, answer).
 
-        Chromium does not re-intercept a redirect fulfilled to it, so the hops are followed here.
+        Chromium does not re-intercept a redirect fulfilled to it, so the hops are followed here; a
+        hop to another origin drops the page's cookies (and credentials), as a browser would.
         """
         sent = {k: v for k, v in headers.items() if k.lower() != "host"}
         for _ in range(MAX_HOPS + 1):
@@ -105,7 +114,10 @@ class Interception:
             location = next((v for k, v in answer.headers if k.lower() == "location"), None)
             if answer.status not in REDIRECTS or not location:
                 return url, answer
-            url = urljoin(url, location.strip())
+            hop = urljoin(url, location.strip())
+            if _origin(hop) != _origin(url):
+                sent = {k: v for k, v in sent.items() if k.lower() not in CREDENTIALS}
+            url = hop
             if answer.status in (301, 302, 303) and method != "HEAD":
                 method, body = "GET", None
         raise Refused(f"more than {MAX_HOPS} redirects")

@@ -37,6 +37,9 @@ class RenderConfig(BaseModel):
     block: tuple[Blockable, ...] = ("image", "font", "media")
     max_requests: int = Field(300, ge=1, le=100_000)  # requests one page may make; more are refused
     launch_timeout: float = Field(30.0, gt=0, le=600)
+    # Chromium's own sandbox (docs/security.md): off by default, since it needs a non-root user and
+    # unprivileged user namespaces, which containers often lack; the renderer's other walls stay.
+    sandbox: bool = False
 
 
 @dataclass(frozen=True, slots=True)

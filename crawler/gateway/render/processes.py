@@ -20,7 +20,6 @@ import playwright
 # at a port nothing serves, and `<-loopback>` sends loopback through it as well.
 FLAGS = (
     "--headless",
-    "--no-sandbox",
     "--disable-gpu",
     "--disable-quic",
     "--no-first-run",
@@ -33,6 +32,7 @@ FLAGS = (
     "--proxy-server=http://127.0.0.1:9",
     "--proxy-bypass-list=<-loopback>",
 )
+NO_SANDBOX = "--no-sandbox"  # unless render.sandbox: Chromium's sandbox needs user namespaces
 TICKS = os.sysconf("SC_CLK_TCK")
 
 

@@ -10,23 +10,26 @@ import logging
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 from prometheus_client import CollectorRegistry
-from yarl import URL
 
 from crawler.fetch.connect import GuardedBackend
 from crawler.fetch.decoding import ACCEPT_ENCODING
 from crawler.fetch.fetcher import read_body
+from crawler.gateway.pinning import pinned_request
 from crawler.gateway.render.browsers import BrowserGone, BrowserPool
 from crawler.gateway.render.intercept import Answer, Interception, Send
 from crawler.gateway.render.metrics import RenderMetrics
 from crawler.gateway.render.options import RenderAsk, RenderConfig
 from crawler.gateway.session import exit_session
+
+if TYPE_CHECKING:  # proxies.py reads the renderer's options: imported at run time, a cycle
+    from crawler.gateway.proxies import ExitProxy
 
 log = logging.getLogger("crawler.gateway.render")
 # Below this much time left, a crashed render is not tried again: it could not finish.
@@ -46,7 +49,7 @@ class Document:
     status: int
     headers: list[tuple[str, str]]
     body: bytes
-    proxy: str
+    proxy: ExitProxy
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,27 +63,36 @@ class Rendered:
 
 
 class RenderFailed(Exception):
-    """The page could not be rendered; `kind` is the answer's failure kind (timeout is transient)."""
+    """The page could not be rendered; `kind` is the answer's failure kind (timeout is transient).
+    Its text is the gateway's own, fit for the client; `detail` (the browser's words) is for the log."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, detail: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
+        self.detail = detail or message
 
 
 class Renderer:
     """The gateway's renderer: its browser pool and the HTTP session pages' requests go out on."""
 
-    def __init__(self, config: RenderConfig, registry: CollectorRegistry, user_agent: str) -> None:
+    def __init__(
+        self, config: RenderConfig, registry: CollectorRegistry, user_agent: str, ca_file: str | None = None
+    ) -> None:
         self.config = config
         self.metrics = RenderMetrics(registry)
         self.pool = BrowserPool(config, self.metrics)
         self._user_agent = user_agent
+        self._ca_file = ca_file
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
         """Launch the browsers; ConfigError if Chromium cannot start."""
-        self._session = exit_session()
-        await self.pool.start()
+        self._session = exit_session(self._ca_file)
+        try:
+            await self.pool.start()
+        except BaseException:
+            await self._session.close()
+            raise
 
     async def close(self) -> None:
         """End every browser process and the session."""
@@ -89,16 +101,23 @@ class Renderer:
             await self._session.close()
 
     async def render(
-        self, document: Document, how: RenderAsk, session: str | None, guard: GuardedBackend, deadline: float
+        self,
+        document: Document,
+        how: RenderAsk,
+        session: tuple[str, str] | None,
+        guard: GuardedBackend,
+        deadline: float,
+        max_bytes: int,
     ) -> Rendered:
-        """Render `document` by `deadline` (monotonic); RenderFailed saying why not."""
+        """Render `document` by `deadline` (monotonic), its DOM at most `max_bytes` of UTF-8;
+        RenderFailed saying why not. A `session` (API key id, name) keeps its context."""
         started = time.monotonic()
         attempt = 0
         while True:
             attempt += 1
             try:
                 async with asyncio.timeout(deadline - time.monotonic()):
-                    rendered = await self._once(document, how, session, guard, deadline)
+                    rendered = await self._once(document, how, session, guard, deadline, max_bytes)
             except TimeoutError:
                 self.metrics.renders.labels("timeout").inc()
                 raise RenderFailed(
@@ -112,13 +131,19 @@ class Renderer:
                     log.warning("render of %s: %s; trying again in a new browser", document.url, exc)
                     continue
                 self.metrics.renders.labels("crashed").inc()
-                raise RenderFailed("timeout", f"the browser crashed while rendering: {exc}") from None
+                raise RenderFailed("timeout", "the browser crashed while rendering", str(exc)) from None
             self.metrics.renders.labels("rendered").inc()
             self.metrics.seconds.observe(time.monotonic() - started)
             return rendered
 
     async def _once(
-        self, document: Document, how: RenderAsk, session: str | None, guard: GuardedBackend, deadline: float
+        self,
+        document: Document,
+        how: RenderAsk,
+        session: tuple[str, str] | None,
+        guard: GuardedBackend,
+        deadline: float,
+        max_bytes: int,
     ) -> Rendered:
         interception = Interception(
             document.url,
@@ -138,19 +163,19 @@ class Renderer:
                 crashed = asyncio.get_running_loop().create_future()
                 page.on("crash", lambda _: _settle_future(crashed))
                 try:
-                    html = await _first(self._settle(page, document.url, how), crashed)
+                    html = await _first(self._settle(page, document.url, how, max_bytes), crashed)
                 finally:
                     await page.close()
             except PlaywrightError as exc:
                 if _gone(exc):
                     raise BrowserGone(str(exc).splitlines()[0]) from None
-                raise RenderFailed("bad_response", f"rendering failed: {str(exc).splitlines()[0]}") from None
+                raise RenderFailed("bad_response", "rendering failed", str(exc).splitlines()[0]) from None
         final = interception.landed.get(page.url, page.url)
         if urlsplit(final).scheme not in ("http", "https"):
             raise RenderFailed("refused", f"the page navigated away to {final[:100]} (refused or failed)")
         return Rendered(html, final, interception.requests, tuple(interception.refused))
 
-    async def _settle(self, page: Page, url: str, how: RenderAsk) -> str:
+    async def _settle(self, page: Page, url: str, how: RenderAsk, max_bytes: int) -> str:
         try:
             await page.goto(url, wait_until=how.wait_until)
         except PlaywrightError as exc:
@@ -163,13 +188,17 @@ class Renderer:
             await page.wait_for_selector(how.wait_for, state="attached")
         while True:
             try:
+                # Measured in the page first: a DOM past the limit is never carried over whole.
+                size = await page.evaluate(_DOM_SIZE)
+                if isinstance(size, int | float) and size > max_bytes:
+                    raise RenderFailed("too_large", f"the rendered page exceeds max_body_bytes ({max_bytes})")
                 return await page.content()
             except PlaywrightError as exc:
                 if "navigating" not in str(exc):
                     raise
                 await page.wait_for_load_state(how.wait_until)
 
-    def _sender(self, proxy: str, guard: GuardedBackend, deadline: float) -> Send:
+    def _sender(self, proxy: ExitProxy, guard: GuardedBackend, deadline: float) -> Send:
         session = self._session
         assert session is not None
         user_agent = self._user_agent
@@ -179,24 +208,15 @@ class Renderer:
             host = (parts.hostname or "").lower()
             port = parts.port or (443 if parts.scheme == "https" else 80)
             ips = await guard.allowed(host, port)  # Refused for a private address
-            target = url
             sent = {k: v for k, v in headers.items() if k.lower() in FORWARDED}
             sent["User-Agent"] = user_agent
             sent["Accept-Encoding"] = ACCEPT_ENCODING
-            if parts.scheme == "http":
-                # Pinned to the address the guard cleared, as the gateway's own requests are.
-                ip = str(ips[0])
-                netloc = f"[{ip}]" if ":" in ip else ip
-                target = urlunsplit((parts.scheme, f"{netloc}:{port}", parts.path or "/", parts.query, ""))
-                sent["Host"] = parts.netloc.rpartition("@")[2]
+            # Pinned to the address the guard cleared, https too, as the gateway's own requests are.
+            target, sent["Host"], server_name = pinned_request(url, str(ips[0]))
+            options = proxy.options(sent, server_name is not None)
             async with asyncio.timeout(max(deadline - time.monotonic(), 0.01)):
                 async with session.request(
-                    method,
-                    URL(target, encoded=True),
-                    proxy=proxy,
-                    headers=sent,
-                    data=body,
-                    allow_redirects=False,
+                    method, target, server_hostname=server_name, data=body, allow_redirects=False, **options
                 ) as resp:
                     raw = await read_body(
                         resp.content.iter_any(),
@@ -207,6 +227,10 @@ class Renderer:
                     return Answer(resp.status, list(resp.headers.items()), raw)
 
         return send
+
+
+# The DOM's size as page.content() would serialize it (UTF-16 code units: close to its UTF-8 bytes).
+_DOM_SIZE = "() => (document.documentElement ? document.documentElement.outerHTML.length : 0)"
 
 
 def _gone(exc: PlaywrightError) -> bool:
