@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import threading
 from pathlib import Path
 
 import aio_pika
 import pytest
+from redis.asyncio import Redis
 
 from crawler.config import load_config
 from crawler.frontier.dead import DeadLetter
@@ -19,7 +22,7 @@ from crawler.worker import wiring
 from demo.site import Reply, Route, Site, free_port, page, serve
 from tests.support.crawls import consumer, rows, run_crawl, stopped, stored
 from tests.support.services import queue_info, run, settings_for
-from tests.support.sites import IPS, after_requests, reachable, shops, slow, write_config
+from tests.support.sites import IPS, after_requests, reachable, shops, write_config
 from tests.support.wait import until
 
 DELIVERY_LIMIT = 3
@@ -106,30 +109,54 @@ async def test_a_page_answering_503_waits_in_a_quorum_delay_tier_and_is_stored_a
     assert rows(sqlite_url)[site.url("/flaky")] == (200, None, 2)  # the second attempt, after the tier
 
 
+def held_after(sites: list[Site], n: int, gate: threading.Event) -> None:
+    """Make every request after the sites' first `n` wait until `gate` is set (at most 60 s)."""
+    served = itertools.count()
+
+    def held(route: Route) -> Route:
+        def answer(count: int) -> Reply:
+            if next(served) >= n:
+                gate.wait(60)
+            return route(count) if callable(route) else route
+
+        return answer
+
+    for site in sites:
+        site.routes = {path: held(route) for path, route in site.routes.items()}
+
+
 @pytest.mark.timeout(240)
 async def test_migrate_mid_crawl_switches_classic_queues_to_quorum_and_loses_nothing(
-    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str, redis: Redis
 ) -> None:
     sites = shops(products=60, hosts=["a.test", "b.test"])
-    for site in sites:
-        slow(site, 0.01)
     classic = write_config(tmp_path / "classic.yaml", sites)
     quorum = write_config(tmp_path / "quorum.yaml", sites, QUORUM)
     settings = settings_for(amqp_url, prefix, sqlite_url, classic)
     expected = reachable(sites)
+    # The crawl holds at 30 % until the migration pauses its first domain: however slow the machine,
+    # the queues are re-made with the rest of the crawl in them.
+    gate = threading.Event()
+    held_after(sites, len(expected) * 3 // 10, gate)
     with serve(*sites):
         await wiring.seed(settings, load_config(classic), [s.url() for s in sites])
         workers = [consumer(settings, "--prefetch", "4") for _ in range(2)]
         try:
             assert await asyncio.to_thread(after_requests(sites, len(expected) * 3 // 10).wait, 60)
-            migrated = await asyncio.to_thread(
-                run, "crawler", ["frontier", "migrate", "-v", "--config", str(quorum)], settings, 40
+            migrating = asyncio.create_task(
+                asyncio.to_thread(
+                    run, "crawler", ["frontier", "migrate", "-v", "--config", str(quorum)], settings, 60
+                )
             )
+            await until(lambda: redis.smembers(Names(prefix).paused_key), within=60, what="a domain paused")
+            halfway = len(stored(sqlite_url))
+            gate.set()
+            migrated = await migrating
             assert migrated.returncode == 0, migrated.stderr
             assert "re-made as quorum" in migrated.stdout
-            halfway = len(stored(sqlite_url))
             await until(lambda: {r[0] for r in stored(sqlite_url)} >= expected, within=120, what="every page")
         finally:
+            gate.set()
             errors = stopped(workers)
     rows = [r[0] for r in stored(sqlite_url)]
     for returncode, err in errors:
