@@ -659,6 +659,20 @@ async def purge_dead(request: Request, domain: DomainFilter = None, reason: Reas
     return Counted(count=await _control(request).purge_dead(domain, reason))
 
 
+class Index(BaseModel):
+    """Where things are: the console, the API's schema, and its health probe."""
+
+    console: str
+    openapi: str
+    healthz: str
+
+
+@v1.get("", response_model=Index)
+async def index() -> Index:
+    """The API's base: links to the console and the schema. Open, so a person who opens it is not lost."""
+    return Index(console="/", openapi="/openapi.json", healthz="/v1/healthz")
+
+
 @v1.get("/healthz", response_model=Health)
 async def healthz() -> Health:
     """Liveness: the API answers. Open, for probes."""
