@@ -258,8 +258,8 @@ class WorkerOut(BaseModel):
 
 
 class ExitOut(BaseModel):
-    """A gateway exit: healthy, cooling (banned by some domains for a while) or dead (probed again in
-    `dead_for` seconds)."""
+    """A gateway exit: healthy, cooling (banned by some domains for a while) or dead (tried again in
+    `dead_for` seconds; null: by the next request, as it has not answered since it died)."""
 
     id: str
     state: Literal["healthy", "cooling", "dead"]
