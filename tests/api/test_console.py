@@ -213,7 +213,7 @@ def test_every_action_is_on_screen_or_in_a_table_that_shows_it_scrolls_at_both_w
                     page.get_by_role("button", name="Letters").click()
                     expect(page.locator("#dead-letters [data-col='status']")).to_have_text("no answer")
                 assert tab.out_of_reach() == [], (size, view, tab.out_of_reach())
-                tab.screenshot(f"{view.split('/')[0]}-{size['width']}")
+                tab.screenshot(f"reach-{view.split('/')[0]}-{size['width']}")
         # At 1280 px the long robots.txt error is cut (whole in its title); the columns after it stay.
         row = page.locator("#domains tr[data-id='a.test']")
         tab.go("domains")

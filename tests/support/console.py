@@ -24,7 +24,9 @@ _OUT_OF_REACH = """() => {
   const width = document.documentElement.clientWidth;
   const cue = (frame, side) => {
     if (!frame || !frame.classList.contains("frame")) return false;
-    const style = getComputedStyle(frame, side);
+    // A table whose buttons are pinned at its right edge casts the shadow from their column.
+    const pinned = side === "::after" && frame.querySelector("th.actions");
+    const style = pinned ? getComputedStyle(pinned, "::before") : getComputedStyle(frame, side);
     return style.content !== "none" && style.opacity === "1";
   };
   const out = [];
