@@ -258,8 +258,8 @@ class WorkerOut(BaseModel):
 
 
 class ExitOut(BaseModel):
-    """A gateway exit: healthy, cooling (banned by some domains for a while) or dead (probed again in
-    `dead_for` seconds)."""
+    """A gateway exit: healthy, cooling (banned by some domains for a while) or dead (tried again in
+    `dead_for` seconds; null: by the next request, as it has not answered since it died)."""
 
     id: str
     state: Literal["healthy", "cooling", "dead"]
@@ -657,6 +657,20 @@ async def replay_dead(request: Request, domain: DomainFilter = None, reason: Rea
 async def purge_dead(request: Request, domain: DomainFilter = None, reason: ReasonFilter = None) -> Counted:
     """Delete matching dead letters for good."""
     return Counted(count=await _control(request).purge_dead(domain, reason))
+
+
+class Index(BaseModel):
+    """Where things are: the console, the API's schema, and its health probe."""
+
+    console: str
+    openapi: str
+    healthz: str
+
+
+@v1.get("", response_model=Index)
+async def index() -> Index:
+    """The API's base: links to the console and the schema. Open, so a person who opens it is not lost."""
+    return Index(console="/", openapi="/openapi.json", healthz="/v1/healthz")
 
 
 @v1.get("/healthz", response_model=Health)

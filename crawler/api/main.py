@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--config", help="domains.yaml (default: $CRAWLER_CONFIG or config/domains.yaml)")
     parser.add_argument("--log-format", choices=logs.FORMATS, default="text")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="also log each request (the console polls every 3 s)"
+    )
     return parser
 
 
@@ -84,7 +87,7 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 async def serve(
-    settings: Settings, config: CrawlConfig, tokens: list[Token], sock: socket.socket, where: str
+    settings: Settings, config: CrawlConfig, tokens: list[Token], sock: socket.socket, base: str
 ) -> None:
     """Connect to the services, then serve the API on `sock` until SIGTERM or SIGINT."""
     async with Control.open(settings, config, "crawler-api") as control:
@@ -101,7 +104,14 @@ async def serve(
         )
         # Only names and scopes are logged; uvicorn's access log has paths and statuses, no headers.
         who = ", ".join(f"{t.name} ({t.scope})" for t in tokens)
-        log.info("crawler-api ready on %s with %d token(s): %s", where, len(tokens), who)
+        log.info(
+            "crawler-api ready: console %s/, API %s/v1 (schema %s/openapi.json), %d token(s): %s",
+            base,
+            base,
+            base,
+            len(tokens),
+            who,
+        )
         # uvicorn takes SIGTERM itself while it serves, and raises it again once it has stopped.
         with stopping.handled(lambda _: setattr(server, "should_exit", True), (signal.SIGINT,)):
             await server.serve(sockets=[sock])
@@ -110,9 +120,11 @@ async def serve(
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `crawler-api`."""
     args = build_parser().parse_args(argv)
-    logs.setup(False, args.log_format, quiet=False)
+    logs.setup(args.verbose, args.log_format, quiet=False)
     # uvicorn's own start-up lines would repeat the ready line above; its warnings and errors stay.
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+    # A line per request is one every 3 s for each open console: only when asked.
+    logging.getLogger("uvicorn.access").setLevel(logging.INFO if args.verbose else logging.WARNING)
     host, port = args.listen
     try:
         tokens = load_tokens()
@@ -123,9 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sock = _bind(host, port)
         if not _is_loopback(host):
             log.warning("listening on %s: the API is reachable beyond this machine", host)
-        where = f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+        base = f"http://{f'[{host}]' if ':' in host else host}:{port}"
         with sock, asyncio.Runner(loop_factory=loop_factory()) as runner:
-            stopping.run(runner, lambda: serve(settings, config, tokens, sock, where))
+            stopping.run(runner, lambda: serve(settings, config, tokens, sock, base))
     except CrawlerError as exc:
         print(f"crawler-api: error: {redact(str(exc))}", file=sys.stderr)
         return EXIT_USAGE

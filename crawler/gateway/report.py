@@ -33,13 +33,14 @@ ExitHealth = Literal["healthy", "cooling", "dead"]
 
 @dataclass(frozen=True, slots=True)
 class ExitState:
-    """One exit as the fleet sees it: dead (until `dead_for` s from now), cooling down for some
+    """One exit as the fleet sees it: dead (until `dead_for` s from now; None: its dead time is over
+    but it has not answered since it died, and the next request tries it), cooling down for some
     domains, or healthy."""
 
     id: str
     state: ExitHealth
     cooling: list[str]  # domains it rests for after a ban, sorted
-    dead_for: float | None  # seconds until it is probed or tried again; None unless dead
+    dead_for: float | None  # seconds until it is probed or tried again; None: tried by the next request
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,18 +93,24 @@ async def read_exits(redis: Redis, names: Names, config: ProxiesConfig) -> list[
     async with redis.pipeline(transaction=False) as pipe:
         for e in config.exits:
             pipe.pttl(names.gw_dead_key(e.id))
+        for e in config.exits:
+            pipe.exists(names.gw_deaths_key(e.id))
         for _, _, key in found:
             pipe.pttl(key)
         answers: list[int] = await pipe.execute()
-    dead_ms = answers[: len(config.exits)]
+    n = len(config.exits)
+    dead_ms, died = answers[:n], answers[n : 2 * n]
     cooling: dict[str, list[str]] = {e.id: [] for e in config.exits}
-    for (exit_id, domain, _), pttl in zip(found, answers[len(config.exits) :], strict=True):
+    for (exit_id, domain, _), pttl in zip(found, answers[2 * n :], strict=True):
         if pttl > 0:  # -2: it expired since the scan
             cooling[exit_id].append(domain)
     out = []
-    for e, pttl in zip(config.exits, dead_ms, strict=True):
+    for e, pttl, streak in zip(config.exits, dead_ms, died, strict=True):
         domains = sorted(cooling[e.id])
-        if pttl == -2:
+        if pttl == -2 and streak:
+            # Its dead time ended, not its death: only an answer through it (or a probe) ends that.
+            out.append(ExitState(e.id, "dead", domains, None))
+        elif pttl == -2:
             out.append(ExitState(e.id, "cooling" if domains else "healthy", domains, None))
         else:  # -1 (no TTL) is never written, but would be dead until revived
             out.append(ExitState(e.id, "dead", domains, pttl / 1000 if pttl >= 0 else None))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +22,7 @@ from tests.support.services import queue_info
 from tests.support.sites import shops, slow
 from tests.support.wait import until
 
-OPEN = {("get", "/v1/healthz"), ("get", "/v1/readyz")}  # for probes: no token needed
+OPEN = {("get", "/v1"), ("get", "/v1/healthz"), ("get", "/v1/readyz")}  # links and probes: no token
 
 
 @pytest.fixture
@@ -221,6 +222,23 @@ def test_an_api_restarted_mid_crawl_loses_no_crawl_record(settings: Settings) ->
         assert got["label"] == "survivor" and got["state"] == "running"
         assert got["options"]["max_depth"] == 1
         assert got["counts"]["a.test"]["pending"] == 1
+
+
+def test_the_ready_line_names_addresses_that_answer_and_polls_are_not_logged(api: Api) -> None:
+    assert api.process.stderr is not None
+    while "crawler-api ready" not in (line := api.process.stderr.readline()):
+        assert line, "crawler-api said no ready line"
+    addresses = re.findall(r"http://\S+?(?=[,)\s])", line)
+    assert f"{api.base}/" in addresses and f"{api.base}/v1" in addresses, line
+    with api.client() as client:
+        for address in addresses:
+            assert client.get(address).status_code == 200, address
+        for _ in range(3):  # what an open console does every 3 s
+            client.get("/v1/domains").raise_for_status()
+        icon = client.get("/favicon.ico")
+        assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+    rest = api_support.stop(api.process)
+    assert "GET /v1/domains" not in rest, rest
 
 
 def test_unknown_crawls_and_domains_are_404_problems(api: Api) -> None:

@@ -4,6 +4,7 @@ SIGKILLed mid-pass, and a queue bound to the change feed told of each new versio
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import signal
@@ -18,6 +19,7 @@ import yaml
 
 from crawler import connections
 from crawler.config import CrawlConfig, load_config
+from crawler.frontier import exchanges
 from crawler.names import Names
 from crawler.scheduler.running import scheduling
 from crawler.settings import Settings
@@ -31,6 +33,7 @@ from tests.support.services import settings_for
 from tests.support.wait import until
 
 PRODUCTS = 24
+HISTORY_DOC = Path(__file__).resolve().parents[2] / "docs" / "history.md"
 
 
 def configure(path: Path, site: FreshSite) -> Path:
@@ -151,12 +154,52 @@ async def test_three_passes_make_exactly_the_versions_and_the_feed_tells_each(
     assert all(b["domain"] == site.host and b["fetched_at"].endswith("Z") for b in bodies.values())
 
 
-@pytest.mark.timeout(10)
-def test_the_documented_subscribers_are_python_that_binds_the_feed() -> None:
-    root = Path(__file__).resolve().parents[2]
-    history = (root / "docs" / "history.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", history, re.S)
-    assert blocks
-    for block in blocks:
-        compile(block, "example", "exec")
-        assert 'queue.bind("crawler.changes", "#.shop.example")' in block
+async def test_the_documented_subscriber_follows_the_feed_of_the_crawlers_own_vhost(
+    amqp_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (block,) = re.findall(r"```python\n(.*?)```", HISTORY_DOC.read_text(), re.S)
+    # As a person runs it: in an environment set for the crawler (here the test's vhost and prefix).
+    monkeypatch.setenv("CRAWLER_AMQP_URL", amqp_url)
+    monkeypatch.setenv("CRAWLER_PREFIX", prefix)
+    example: dict[str, Any] = {"__name__": "follow"}
+    exec(compile(block, "docs/history.md", "exec"), example)
+    names = Names(prefix)
+    changes = exchanges.Exchange(names.changes, aio_pika.ExchangeType.TOPIC)
+    async with await aio_pika.connect(amqp_url) as connection:
+        channel = await connection.channel(publisher_confirms=True)
+        await exchanges.declare(channel, exchanges.Topology((changes,), ()))
+        following = asyncio.create_task(example["follow"]())
+        try:
+            await until(lambda: _consumers(amqp_url, "shop-prices"), what="the example following its queue")
+            feed = await channel.get_exchange(names.changes)
+            for domain, version in (("other.example", 1), ("shop.example", 2)):
+                body = {"url": f"https://{domain}/p/7", "domain": domain, "version": version}
+                message = aio_pika.Message(json.dumps(body).encode(), message_id=f"7:{version}")
+                await feed.publish(message, routing_key=domain)
+            printed = ""
+
+            def told() -> bool:
+                nonlocal printed
+                printed += capsys.readouterr().out
+                return "7:2 " in printed
+
+            await until(told, what="the version printed")
+        finally:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
+        queue = await channel.declare_queue("shop-prices", durable=True, passive=True)
+        assert queue.declaration_result.message_count == 0  # acked once printed
+    assert "7:1 " not in printed  # another domain's version, not bound
+
+
+async def _consumers(amqp_url: str, queue: str) -> int:
+    """How many consume `queue` in the vhost of `amqp_url` (0 while it does not exist): the example
+    binds its queue before it consumes."""
+    async with await aio_pika.connect(amqp_url) as connection:
+        channel = await connection.channel()
+        try:
+            declared = await channel.declare_queue(queue, durable=True, passive=True)
+        except aio_pika.exceptions.ChannelNotFoundEntity:
+            return 0
+        return declared.declaration_result.consumer_count or 0

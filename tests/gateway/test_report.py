@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from crawler.gateway.pool import Pool
 from crawler.gateway.proxies import ProxiesConfig
 from crawler.gateway.report import (
     ExitState,
@@ -86,6 +87,23 @@ async def test_exits_dead_cooling_or_healthy_and_keys_against_their_budgets(
     assert [(e.id, e.state) for e in report.exits] == [("e0", "dead"), ("e1", "cooling"), ("e10", "healthy")]
     assert report.keys == [KeyState("paid", 3.5, 10.0), KeyState("free", 0.0, None)]
     assert 0 < await redis.pttl(names.gateway_key(beat.id)) <= 15_000
+
+
+async def test_an_exit_is_dead_until_it_answers_not_only_until_its_dead_time_ends(
+    redis: Redis, prefix: str
+) -> None:
+    names = Names(prefix)
+    conf = config("e0")
+    pool = Pool(redis, names, conf)
+    (exit,) = conf.exits
+    for n in range(conf.dead_after):  # its proxy fails every request, of both keys: dead for dead_for
+        await pool.settle(conf.keys[n % 2], f"r{n}", exit, "a.test", "failed", 0, final=True)
+    assert [e.state for e in await read_exits(redis, names, conf)] == ["dead"]
+    await redis.delete(names.gw_dead_key("e0"))  # its dead time is over; nothing went through it since
+    assert [(e.state, e.dead_for) for e in await read_exits(redis, names, conf)] == [("dead", None)]
+    await pool.settle(conf.keys[0], "r", exit, "a.test", "answered", 0, final=True)
+    # It answered: alive again (the cooldown its failures gave a.test runs out on its own).
+    assert [e.state for e in await read_exits(redis, names, conf)] == ["cooling"]
 
 
 async def test_a_report_not_renewed_is_gone_after_its_ttl(redis: Redis, prefix: str) -> None:

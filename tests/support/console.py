@@ -16,6 +16,41 @@ from tests.support.browser import chromium
 ARTEFACTS = Path(os.environ.get("CRAWLER_TEST_ARTEFACTS", Path(__file__).parents[2] / "artefacts"))
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 800}
+WIDTHS = (PHONE, DESKTOP)
+
+# Each visible button of the page must be on screen, or in a table that scrolls sideways with its cue
+# (the frame's shadow on that side) showing; no table may scroll without one, nor the page itself.
+_OUT_OF_REACH = """() => {
+  const width = document.documentElement.clientWidth;
+  const cue = (frame, side) => {
+    if (!frame || !frame.classList.contains("frame")) return false;
+    // A table whose buttons are pinned at its right edge casts the shadow from their column.
+    const pinned = side === "::after" && frame.querySelector("th.actions");
+    const style = pinned ? getComputedStyle(pinned, "::before") : getComputedStyle(frame, side);
+    return style.content !== "none" && style.opacity === "1";
+  };
+  const out = [];
+  for (const b of document.querySelectorAll("main button")) {
+    if (!b.offsetParent) continue;
+    const r = b.getBoundingClientRect();
+    if (r.left >= 0 && r.right <= width) continue;
+    const scroller = b.closest(".scroll");
+    const scrolls = scroller && scroller.scrollWidth > scroller.clientWidth;
+    const side = r.left < 0 ? "::before" : "::after";
+    if (!(scrolls && cue(scroller.parentElement, side))) {
+      out.push(`${b.textContent} at x ${Math.round(r.left)}..${Math.round(r.right)} of ${width}, no cue`);
+    }
+  }
+  for (const s of document.querySelectorAll(".scroll")) {
+    if (!s.offsetParent || s.scrollWidth <= s.clientWidth + 1) continue;
+    if (!cue(s.parentElement, "::before") && !cue(s.parentElement, "::after")) {
+      out.push(`${s.querySelector("table").getAttribute("aria-label")} scrolls without a cue`);
+    }
+  }
+  const page = document.documentElement.scrollWidth;
+  if (page > width) out.push(`the page scrolls sideways: ${page} px wide in ${width}`);
+  return out;
+}"""
 
 
 @dataclass
@@ -42,6 +77,12 @@ class Console:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.page.screenshot(path=str(path), full_page=True)
         return path
+
+    def out_of_reach(self) -> list[str]:
+        """Visible buttons off screen with no cue that their table scrolls, and tables or a page that
+        scroll sideways without one."""
+        found: list[str] = self.page.evaluate(_OUT_OF_REACH)
+        return found
 
     def outside(self) -> list[str]:
         """Requests that went anywhere but the API's own origin."""

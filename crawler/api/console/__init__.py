@@ -23,6 +23,8 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
 }
 
+_CACHED = {"Cache-Control": "public, max-age=86400"}
+
 
 def mount(app: FastAPI) -> None:
     """Serve the console's page at `/` and its files under `/console/` (neither needs a token: they
@@ -31,5 +33,10 @@ def mount(app: FastAPI) -> None:
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
+    async def icon() -> FileResponse:
+        # Browsers ask for /favicon.ico whatever the page says; an SVG under that name is one they draw.
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml", headers=_CACHED)
+
     app.add_api_route("/", page, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/favicon.ico", icon, methods=["GET"], include_in_schema=False)
     app.mount("/console", StaticFiles(directory=STATIC), name="console")

@@ -7,6 +7,7 @@ const TOKEN_KEY = "crawler-token";
 const EVERY = 3000; // ms between reads of the view shown
 const DEAD_EVERY = 10000; // reading the dead queue receives every message and puts it back: less often
 const PAGE = 20; // crawls a page
+const UNREACHABLE = "Cannot reach the API"; // a failed read's banner starts with it, and goes with the next good read
 
 const $ = (id) => document.getElementById(id);
 let who = null; // {name, scope} of the signed-in token
@@ -16,6 +17,9 @@ let timer = null;
 let busy = false;
 let again = false; // the view changed while a read was under way: read again as soon as it ends
 let lastDead = 0;
+
+// fetch itself failed: no answer at all (the API is down, or the network to it).
+class Unreachable extends Error {}
 
 class Refused extends Error {
   constructor(status, detail) {
@@ -31,13 +35,18 @@ async function api(path, options = {}) {
   const headers = { Accept: "application/json", ...(options.headers || {}) };
   if (token) headers.Authorization = `Bearer ${token}`;
   if (options.body !== undefined) headers["Content-Type"] = "application/json";
-  const resp = await fetch(path, {
-    method: options.method || "GET",
-    headers,
-    body: options.body === undefined ? undefined : JSON.stringify(options.body),
-    cache: "no-store",
-    credentials: "omit",
-  });
+  let resp;
+  try {
+    resp = await fetch(path, {
+      method: options.method || "GET",
+      headers,
+      body: options.body === undefined ? undefined : JSON.stringify(options.body),
+      cache: "no-store",
+      credentials: "omit",
+    });
+  } catch (_) {
+    throw new Unreachable(`the API at ${location.origin} is unreachable`);
+  }
   if (resp.status === 204) return null;
   let data = null;
   try {
@@ -77,6 +86,24 @@ const fixed = (value, digits = 2) => (value === null || value === undefined ? "â
 
 function button(name, onclick, cls = "") {
   return el("button", { type: "button", class: cls, onclick }, name);
+}
+
+// A row's buttons, in the column that stays at the table's right edge while it scrolls.
+function actionsCell(...buttons) {
+  return el("td", { class: "actions" }, el("div", { class: "buttons" }, ...buttons));
+}
+
+// Long text cut to its column, whole in its title.
+const clipped = (col, value, cls = "clip") => cell(col, value, { class: cls, title: value || null });
+
+// Each wide table's frame shows a shadow on the side it can scroll to.
+function cues() {
+  for (const scroller of document.querySelectorAll(".scroll")) {
+    const frame = scroller.parentElement;
+    const rest = scroller.scrollWidth - scroller.clientWidth - scroller.scrollLeft;
+    frame.classList.toggle("more-left", scroller.scrollLeft > 1);
+    frame.classList.toggle("more-right", rest > 1);
+  }
 }
 
 function fill(tbody, rows, empty, columns) {
@@ -141,14 +168,14 @@ async function showCrawls() {
   const rows = data.crawls.map((c) => {
     const seeds = c.seeds.length > 1 ? `${c.seeds[0]} and ${c.seeds.length - 1} more` : c.seeds[0] || "";
     const link = el("a", { href: `#crawl/${encodeURIComponent(c.id)}`, text: c.label || c.id });
-    const actions = el("td", {});
-    if (isAdmin() && c.state === "running") actions.append(button("Cancel", () => cancel(c.id)));
+    const actions = actionsCell();
+    if (isAdmin() && c.state === "running") actions.firstChild.append(button("Cancel", () => cancel(c.id)));
     return el(
       "tr",
       { "data-id": c.id, class: `state-${c.state}` },
       cell("state", c.state),
       el("td", { "data-col": "label" }, link),
-      cell("seeds", seeds, { class: "url" }),
+      clipped("seeds", seeds, "url"),
       el("td", { "data-col": "started" }, when(c.started)),
       num("ok", sum(c.counts, "ok")),
       num("failed", sum(c.counts, "failed")),
@@ -214,9 +241,9 @@ async function showDomains() {
       name.append(el("div", { class: "why", text: d.refused_why }));
     }
     const robots = d.robots.detail ? `${d.robots.state}: ${d.robots.detail}` : d.robots.state;
-    const actions = el("td", {});
+    const actions = actionsCell();
     if (isAdmin()) {
-      actions.append(
+      actions.firstChild.append(
         d.paused ? button("Resume", () => steer(d.domain, "resume")) : button("Pause", () => steer(d.domain, "pause")),
       );
     }
@@ -232,7 +259,7 @@ async function showDomains() {
       num("4xx", a["4xx"]),
       num("5xx", a["5xx"]),
       num("network", a.network),
-      cell("robots", robots),
+      clipped("robots", robots),
       cell("paused", d.paused ? "yes" : "no"),
       num("workers", d.workers),
       actions,
@@ -248,10 +275,10 @@ async function showDead(force) {
   $("dead-total").textContent = `${data.total} dead letter${data.total === 1 ? "" : "s"}`;
   const rows = data.groups.map((g) => {
     const filter = new URLSearchParams({ domain: g.domain, reason: g.reason });
-    const actions = el("td", {}, button("Letters", () => letters(g, filter), "quiet"));
+    const actions = actionsCell(button("Letters", () => letters(g, filter), "quiet"));
     if (isAdmin()) {
-      actions.append(button("Replay", () => deadAction("Replayed", "POST", `/v1/dead/replay?${filter}`)));
-      actions.append(
+      actions.firstChild.append(button("Replay", () => deadAction("Replayed", "POST", `/v1/dead/replay?${filter}`)));
+      actions.firstChild.append(
         button("Delete", () => {
           if (confirm(`Delete ${g.count} dead letter(s) of ${g.domain} (${g.reason}) for good?`)) {
             deadAction("Deleted", "DELETE", `/v1/dead?${filter}`);
@@ -265,7 +292,7 @@ async function showDead(force) {
       cell("domain", g.domain),
       cell("reason", g.reason),
       num("count", g.count),
-      cell("error", g.last_error, { class: "url" }),
+      clipped("error", g.last_error),
       cell("time", g.last_time),
       actions,
     );
@@ -276,7 +303,7 @@ async function showDead(force) {
 async function letters(group, filter) {
   const data = await api(`/v1/dead?${filter}&limit=50`);
   const rows = data.dead.map((d) =>
-    el("tr", {}, cell("url", d.url, { class: "url" }), num("status", d.status), num("attempts", d.attempts), cell("error", d.error, { class: "url" }), cell("time", d.time)),
+    el("tr", {}, clipped("url", d.url, "url"), answer(d.status), num("attempts", d.attempts), clipped("error", d.error), cell("time", d.time)),
   );
   const table = el(
     "table",
@@ -284,7 +311,17 @@ async function letters(group, filter) {
     el("thead", {}, el("tr", {}, ...["URL", "Status", "Attempts", "Error", "Time"].map((h) => el("th", { text: h })))),
     el("tbody", {}, ...rows),
   );
-  $("dead-letters").replaceChildren(el("h3", { text: `${group.domain}, ${group.reason} (first ${rows.length})` }), el("div", { class: "scroll" }, table));
+  $("dead-letters").replaceChildren(
+    el("h3", { text: `${group.domain}, ${group.reason} (first ${rows.length})` }),
+    el("div", { class: "frame" }, el("div", { class: "scroll" }, table)),
+  );
+  cues();
+}
+
+// A letter's HTTP status; 0 means the site never answered (the connection failed or was refused).
+function answer(status) {
+  if (status) return num("status", status);
+  return cell("status", "no answer", { class: "n", title: "no HTTP answer: the connection failed or was refused" });
 }
 
 async function showFleet() {
@@ -306,7 +343,8 @@ async function showFleet() {
   const gateways = data.gateways.map((g) => {
     const count = (state) => g.exits.filter((e) => e.state === state).length;
     const exits = g.exits.map((e) => {
-      const note = e.state === "cooling" ? ` for ${e.cooling.join(", ")}` : e.state === "dead" ? `, probed in ${duration(e.dead_for)}` : "";
+      const again = e.dead_for === null ? "not answered since; the next request tries it" : `tried again in ${duration(e.dead_for)}`;
+      const note = e.state === "cooling" ? ` for ${e.cooling.join(", ")}` : e.state === "dead" ? `, ${again}` : "";
       return el("li", { "data-id": e.id, class: `exit-${e.state}`, text: `${e.id}: ${e.state}${note}` });
     });
     const keys = g.keys.map((k) => {
@@ -443,7 +481,7 @@ async function start() {
     signedOut(
       err instanceof Refused && err.status === 401
         ? "That token was refused: check it against CRAWLER_API_TOKENS (401)."
-        : `Cannot sign in: ${err.message}`,
+        : `Cannot sign in: ${err.message}.`,
     );
     return;
   }
@@ -477,8 +515,10 @@ function handle(err) {
     signedOut("That token was refused: check it against CRAWLER_API_TOKENS (401).");
   } else if (err instanceof Refused && err.status === 403) {
     say(`Not allowed: ${err.message}`);
+  } else if (err instanceof Unreachable) {
+    say(`${UNREACHABLE}: ${err.message}. The numbers below are the last ones read; retrying every ${EVERY / 1000} s.`);
   } else {
-    say(`Cannot reach the API: ${err.message}; retrying`);
+    say(`${UNREACHABLE}: ${err.message}; retrying`);
   }
 }
 
@@ -523,7 +563,8 @@ async function refresh(force = false) {
     else if (view === "dead") await showDead(force);
     else if (view === "fleet") await showFleet();
     // A failed read's banner goes with the next good one; an action's message stays until the next.
-    if ($("banner").textContent.startsWith("Cannot reach")) say("");
+    if ($("banner").textContent.startsWith(UNREACHABLE)) say("");
+    cues();
     $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
   } catch (err) {
     handle(err);
@@ -545,6 +586,9 @@ document.addEventListener("visibilitychange", () => {
   else clearTimeout(timer);
 });
 window.addEventListener("hashchange", route);
+window.addEventListener("resize", cues);
+// Scroll events do not bubble: caught on their way down instead, from every table's frame.
+document.addEventListener("scroll", cues, { capture: true, passive: true });
 $("signin-form").addEventListener("submit", signIn);
 $("signout").addEventListener("click", signOut);
 $("new-crawl").addEventListener("submit", startCrawl);
