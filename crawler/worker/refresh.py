@@ -17,7 +17,7 @@ from typing import Literal
 from crawler.config import Recrawl
 from crawler.frontier.message import Refresh
 from crawler.frontier.recrawl import GONE, Found, schedule
-from crawler.sink.sql import ARCHIVE_COLUMNS, PageRecord
+from crawler.sink.sql import ARCHIVE_COLUMNS, CONTENT_COLUMNS, PageRecord
 from crawler.worker.page import Outcome
 
 How = Literal["new", "changed", "not_modified", "same_signature", "gone", "failed"]
@@ -28,6 +28,7 @@ How = Literal["new", "changed", "not_modified", "same_signature", "gone", "faile
 CONTENT = (
     frozenset({"final_url", "content_type", "title", "data", "signature", "changed_at", "rendered"})
     | ARCHIVE_COLUMNS
+    | CONTENT_COLUMNS
 )
 # ... and, unchanged, its status too.
 UNCHANGED = CONTENT | {"status_code", "error"}
