@@ -1,0 +1,164 @@
+"""Content in a live crawl of loopback sites: main content as Markdown and text, languages, a PDF and
+a DOCX read, a hostile document refused, and a mirror found as a near-duplicate whose links are not
+followed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+import yaml
+
+from bench import documents as files
+from crawler.sink import sql
+from demo.site import Reply, Site, free_port, page, serve
+from tests.support.crawls import run_crawl
+from tests.support.services import settings_for
+from tests.support.sites import IPS
+
+ARTICLE = (Path(__file__).parent.parent / "content" / "pages" / "article.html").read_text(encoding="utf-8")
+UDHR = dict(
+    line.split("\t", 1)
+    for line in (Path(__file__).parent.parent / "content" / "pages" / "udhr-article-1.tsv")
+    .read_text(encoding="utf-8")
+    .splitlines()
+    if not line.startswith("#")
+)
+PDF = "application/pdf"
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+
+
+def html(body: str) -> Reply:
+    return Reply(200, body.encode())
+
+
+def article_in(lang: str) -> Reply:
+    said = UDHR[lang]
+    return html(
+        f"<!doctype html><html lang='{lang}'><head><title>{lang}</title></head><body>"
+        f"<nav><a href='/'>Home</a></nav><article><h1>{said[:30]}</h1>"
+        + "".join(f"<p>{said}</p>" for _ in range(3))
+        + "</article><footer>Copyright 2024</footer></body></html>"
+    )
+
+
+def document(body: bytes, content_type: str) -> Reply:
+    return Reply(200, body, headers={"Content-Type": content_type})
+
+
+def configure(path: Path, sites: list[Site], **rules: Any) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"retry_delays": [0.2], "sitemaps": False, "obey_robots": False, "max_depth": 1},
+                "resolve": {s.host: s.ip for s in sites},
+                "allow_private_networks": True,
+                "domains": {s.host: rules for s in sites},
+            }
+        )
+    )
+    return path
+
+
+def pages(database_url: str) -> dict[str, dict[str, Any]]:
+    engine = sa.create_engine(sql.engine_url(database_url))
+    try:
+        with engine.connect() as conn:
+            return {r.url: dict(r._mapping) for r in conn.execute(sa.text("SELECT * FROM pages"))}
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    links = ["/article", "/de", "/ja", "/ru", "/report.pdf", "/memo.docx", "/locked.pdf", "/fake.pdf"]
+    routes = {
+        "/": page("Home", links),
+        "/article": html(ARTICLE),
+        **{f"/{lang}": article_in(lang) for lang in ("de", "ja", "ru")},
+        "/report.pdf": document(files.pdf(["Annual report.", "Revenue grew."], title="Report 2024"), PDF),
+        "/memo.docx": document(files.docx_file(["Memo", "The office moves in May."], title="Memo"), DOCX),
+        "/locked.pdf": document(files.encrypted_pdf("secret"), PDF),
+        "/fake.pdf": document(b"<html>not a pdf</html>", PDF),
+    }
+    site = Site("a.test", IPS["a.test"], free_port(IPS["a.test"]), routes)  # type: ignore[arg-type]
+    with serve(site):
+        yield site
+
+
+async def test_a_crawl_stores_main_content_languages_and_documents(
+    tmp_path: Path, site: Site, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    path = configure(tmp_path / "d.yaml", [site], content={"main": True})
+    await run_crawl(settings_for(amqp_url, prefix, sqlite_url, path), site.url())
+    found = pages(sqlite_url)
+    article = found[site.url("/article")]
+    assert "# How to brew better coffee at home" in article["markdown"].splitlines()
+    assert "[brew ratio guide](http://a.test:" in article["markdown"]  # links kept, made absolute
+    assert "How to brew better coffee at home" in article["text"] and "](" not in article["text"]
+    assert not [
+        b for b in ("Accept all cookies", "Copyright 2024") if b in article["markdown"] + article["text"]
+    ]
+    assert article["lang"] == "en" and len(article["simhash"]) == 16
+    assert {lang: found[site.url(f"/{lang}")]["lang"] for lang in ("de", "ja", "ru")} == {
+        "de": "de",
+        "ja": "ja",
+        "ru": "ru",
+    }
+    pdf, memo = found[site.url("/report.pdf")], found[site.url("/memo.docx")]
+    assert (pdf["text"], pdf["title"], pdf["lang"], pdf["markdown"]) == (
+        "Annual report.\nRevenue grew.",
+        "Report 2024",
+        "en",
+        None,
+    )
+    assert memo["text"].splitlines() == ["Memo", "The office moves in May."] and memo["title"] == "Memo"
+    locked, fake = found[site.url("/locked.pdf")], found[site.url("/fake.pdf")]
+    assert (locked["content_refused"], locked["text"], locked["error"]) == ("encrypted", None, None)
+    assert fake["content_refused"] == "type-mismatch"
+    assert all(r["near_duplicate_of"] is None for r in found.values())
+
+
+async def test_content_off_stores_none_and_reads_no_document(
+    tmp_path: Path, site: Site, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    path = configure(tmp_path / "d.yaml", [site])
+    await run_crawl(settings_for(amqp_url, prefix, sqlite_url, path), site.url())
+    found = pages(sqlite_url)
+    assert found[site.url("/report.pdf")]["status_code"] == 200
+    assert all(
+        (r["text"], r["lang"], r["simhash"], r["content_refused"]) == (None,) * 4 for r in found.values()
+    )
+
+
+async def test_a_mirror_is_a_near_duplicate_whose_links_are_not_followed(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    port = free_port(IPS["a.test"], IPS["b.test"])
+    links = "".join(f"<a href='/more/{i}'>more {i}</a>" for i in range(3))
+    original = ARTICLE.replace("</body>", f"{links}</body>")
+    # The mirror: its own name, a share line, and a word of the article changed (1 bit apart).
+    mirror = (
+        original.replace("The Kettle Gazette", "Kettle Mirror")
+        .replace("</body>", "<footer><p>Share this story</p></footer></body>")
+        .replace("Good coffee", "Great coffee", 1)
+    )
+    sites = [
+        Site("a.test", IPS["a.test"], port, {"/": html(original)}),
+        Site("b.test", IPS["b.test"], port, {"/": html(mirror)}),
+    ]
+    path = configure(tmp_path / "d.yaml", sites, content={}, near_duplicates="skip_links")
+    settings = settings_for(amqp_url, prefix, sqlite_url, path)
+    with serve(*sites):
+        await run_crawl(settings, sites[0].url())
+        await run_crawl(settings, sites[1].url())
+    found = pages(sqlite_url)
+    assert found[sites[1].url()]["near_duplicate_of"] == sites[0].url()
+    assert found[sites[1].url()]["simhash"] != found[sites[0].url()]["simhash"]  # near, not equal
+    assert found[sites[0].url()]["near_duplicate_of"] is None
+    assert {u for u in found if u.startswith(sites[0].url())} > {sites[0].url()}  # the original's links
+    assert [u for u in found if u.startswith(sites[1].url())] == [sites[1].url()]  # none of the mirror's
+    assert sites[1].hits("/more/0") == 0
