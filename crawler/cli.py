@@ -422,6 +422,11 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument(
         "--changed-since", metavar="TIME", help="only pages with a version fetched after this time"
     )
+    p.add_argument(
+        "--dataset",
+        action="store_true",
+        help="pages with content, one JSON record each: url, title, lang, markdown, fetched_at, digest",
+    )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--out", type=Path, help="file to write (default: stdout; parquet needs a file)")
     where.add_argument(
@@ -699,7 +704,7 @@ def _export(args: argparse.Namespace) -> int:
     try:
         since = parse_since(args.since) if args.since else None
         changed = parse_since(args.changed_since, "--changed-since") if args.changed_since else None
-        query = Query(args.domain, since, args.history, changed)
+        query = Query(args.domain, since, args.history, changed, args.dataset)
         settings = Settings.from_env()
         if args.to:
             count = export_to_object(settings, args.format, args.to, query)
