@@ -167,17 +167,23 @@ class Reparser:
 
     def _changed(self, result: Result) -> Reread | None:
         """The row `result` makes, if it differs from the stored one."""
-        read, target = result.read, result.target
-        if read is None:
-            return None
+        read, target, content = result.read, result.target, result.content
+        history = self._config.rules_for(target.domain).history is not None
+        new_content = content if content is not None and content != target.content else None
+        if read is None:  # a document: its content alone, and its title
+            if new_content is None and (content is None or result.title == target.title):
+                return None
+            title = result.title if content is not None else target.title
+            return Reread(target, title, target.data, target.error, target.signature, history, new_content)
         data = read.data or None
         signature = read.signature if target.signature is not None else None
-        if (read.title, data, read.error) == (target.title, target.data, target.error) and (
-            signature is None or signature == target.signature
+        if (
+            (read.title, data, read.error) == (target.title, target.data, target.error)
+            and (signature is None or signature == target.signature)
+            and new_content is None
         ):
             return None
-        history = self._config.rules_for(target.domain).history is not None
-        return Reread(target, read.title, data, read.error, signature, history)
+        return Reread(target, read.title, data, read.error, signature, history, new_content)
 
     async def _route(self, results: Sequence[Result], run: Run) -> int:
         """Route the links of the pages read; those seen before are dropped by dedup. How many went."""
