@@ -1,6 +1,6 @@
 """Content in a live crawl of loopback sites: main content as Markdown and text, languages, a PDF and
-a DOCX read, a hostile document refused, and a mirror found as a near-duplicate whose links are not
-followed."""
+a DOCX read, each hostile document refused with its reason, and a mirror found as a near-duplicate
+whose links are not followed."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ UDHR = dict(
     if not line.startswith("#")
 )
 PDF = "application/pdf"
+# Why each of bench.documents.hostile() is refused, in its order.
+REFUSED = ["too-many-pages", "too-many-pages", "encrypted", "zip-bomb", "corrupt", "type-mismatch"]
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 
 
@@ -74,15 +76,15 @@ def pages(database_url: str) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture
 def site() -> Iterator[Site]:
-    links = ["/article", "/de", "/ja", "/ru", "/report.pdf", "/memo.docx", "/locked.pdf", "/fake.pdf"]
+    hostile = {f"/hostile/{i}": document(*made) for i, made in enumerate(files.hostile().values())}
+    links = ["/article", "/de", "/ja", "/ru", "/report.pdf", "/memo.docx", *hostile]
     routes = {
+        **hostile,
         "/": page("Home", links),
         "/article": html(ARTICLE),
         **{f"/{lang}": article_in(lang) for lang in ("de", "ja", "ru")},
         "/report.pdf": document(files.pdf(["Annual report.", "Revenue grew."], title="Report 2024"), PDF),
         "/memo.docx": document(files.docx_file(["Memo", "The office moves in May."], title="Memo"), DOCX),
-        "/locked.pdf": document(files.encrypted_pdf("secret"), PDF),
-        "/fake.pdf": document(b"<html>not a pdf</html>", PDF),
     }
     site = Site("a.test", IPS["a.test"], free_port(IPS["a.test"]), routes)  # type: ignore[arg-type]
     with serve(site):
@@ -116,9 +118,10 @@ async def test_a_crawl_stores_main_content_languages_and_documents(
         None,
     )
     assert memo["text"].splitlines() == ["Memo", "The office moves in May."] and memo["title"] == "Memo"
-    locked, fake = found[site.url("/locked.pdf")], found[site.url("/fake.pdf")]
-    assert (locked["content_refused"], locked["text"], locked["error"]) == ("encrypted", None, None)
-    assert fake["content_refused"] == "type-mismatch"
+    # Each hostile document (bench.documents.hostile) refused with its reason; its row is no failure.
+    hostile = [found[site.url(f"/hostile/{i}")] for i in range(len(REFUSED))]
+    assert [r["content_refused"] for r in hostile] == REFUSED
+    assert all((r["text"], r["error"], r["status_code"]) == (None, None, 200) for r in hostile)
     assert all(r["near_duplicate_of"] is None for r in found.values())
 
 
