@@ -294,6 +294,9 @@ the listed URLs, or none (false)."""
 
 
 ContentFormat = Literal["markdown", "text"]
+# A page's content job in the content pool gets this long (its time limit) before it is refused:
+# a delivery keeps room for it after the fetch.
+CONTENT_SECONDS = 30.0
 
 
 def _content(value: Any) -> Any:
@@ -421,6 +424,11 @@ class Rules(_Strict):
     def recrawls(self) -> bool:
         """True if any of the domain's pages is fetched again on a schedule."""
         return self.recrawl is not None or bool(self.recrawl_rules)
+
+    @property
+    def visit_seconds(self) -> float:
+        """The longest a page's visit takes once its fetch starts: the fetch, then its content."""
+        return self.timeout + (CONTENT_SECONDS if self.content is not None else 0.0)
 
     @property
     def uses_api(self) -> bool:
@@ -700,9 +708,10 @@ class CrawlConfig(_Strict):
             ("defaults", self.defaults),
             *((f"domains.{d}", r) for d, r in self.rules.items()),
         ]:
-            if rules.timeout >= room:
+            if rules.visit_seconds >= room:
+                content = f" and its content's {CONTENT_SECONDS:g}s" if rules.content is not None else ""
                 raise ValueError(
-                    f"{where}: timeout {rules.timeout:g}s does not fit in delivery_timeout "
+                    f"{where}: timeout {rules.timeout:g}s{content} does not fit in delivery_timeout "
                     f"{self.delivery_timeout:g}s (RabbitMQ's consumer_timeout) less "
                     f"{self.delivery_margin:g}s kept for storing and routing: lower timeout, or raise "
                     "consumer_timeout on the broker and delivery_timeout here together"
@@ -716,7 +725,7 @@ class CrawlConfig(_Strict):
 
     def start_by(self, received: float, rules: Rules) -> float:
         """The latest (monotonic) time a fetch of a delivery `received` then may start."""
-        return received + self.delivery_timeout - self.delivery_margin - rules.timeout
+        return received + self.delivery_timeout - self.delivery_margin - rules.visit_seconds
 
     @cached_property
     def rules(self) -> dict[str, Rules]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 
-from crawler.config import ContentRules, CrawlConfig, Rules
+from crawler.config import CONTENT_SECONDS, ContentRules, CrawlConfig, Rules
 from crawler.content.documents import DocumentLimits, is_document
 from crawler.content.pool import ContentPool, PoolLimits
 from crawler.dedup.near import NearIndex
@@ -118,5 +118,5 @@ async def contents(
     if not config.content:
         yield None
         return
-    async with ContentPool(PoolLimits(processes=processes)) as pool:
+    async with ContentPool(PoolLimits(processes=processes, seconds=CONTENT_SECONDS)) as pool:
         yield Contents(pool, redis, names)
