@@ -20,6 +20,7 @@ from crawler.content.documents import DocumentLimits, is_document
 from crawler.content.pool import ContentPool, PoolLimits
 from crawler.dedup.near import NearIndex
 from crawler.errors import ContentRefused
+from crawler.monitor.metrics import Metrics
 from crawler.names import Names
 from crawler.sink.sql import PageRecord
 
@@ -40,10 +41,11 @@ class Made:
 class Contents:
     """Makes the content of the pages of domains with `content:` on, through one content pool."""
 
-    def __init__(self, pool: ContentPool, redis: Redis, names: Names) -> None:
+    def __init__(self, pool: ContentPool, redis: Redis, names: Names, metrics: Metrics) -> None:
         from crawler.content import jobs  # the content libraries: a worker without content never loads them
 
         self._jobs = jobs
+        self._metrics = metrics
         self._pool = pool
         self._redis = redis
         self._names = names
@@ -64,6 +66,7 @@ class Contents:
         except ContentRefused as refused:
             return self._refused(record, refused)
         if found is None:
+            self._metrics.observe_content(record.domain, "none")
             return Made(record)
         return await self._made(record, rules, content, found)
 
@@ -83,6 +86,7 @@ class Contents:
 
     def _refused(self, record: PageRecord, refused: ContentRefused) -> Made:
         log.info("%s: content refused (%s): %s", record.url, refused.reason, refused)
+        self._metrics.observe_content(record.domain, "refused", str(refused.reason))
         return Made(replace(record, content_refused=str(refused.reason)))
 
     async def _made(self, record: PageRecord, rules: Rules, content: ContentRules, found: Content) -> Made:
@@ -100,6 +104,7 @@ class Contents:
             simhash=found.simhash,
             near_duplicate_of=original,
         )
+        self._metrics.observe_content(record.domain, "made" if original is None else "near_duplicate")
         return Made(record, skip_links=original is not None and near is not None and near.skip_links)
 
     def _index(self, distance: int) -> NearIndex:
@@ -111,7 +116,7 @@ class Contents:
 
 @asynccontextmanager
 async def contents(
-    config: CrawlConfig, redis: Redis, names: Names, processes: int
+    config: CrawlConfig, redis: Redis, names: Names, metrics: Metrics, processes: int
 ) -> AsyncIterator[Contents | None]:
     """The worker's content work, its pool open while the context lasts; None if no domain has
     `content:` on (a domains.yaml edited to turn it on takes effect at the worker's next start)."""
@@ -119,4 +124,4 @@ async def contents(
         yield None
         return
     async with ContentPool(PoolLimits(processes=processes, seconds=CONTENT_SECONDS)) as pool:
-        yield Contents(pool, redis, names)
+        yield Contents(pool, redis, names, metrics)

@@ -355,7 +355,7 @@ async def consume(
         if any(rules.archive for rules in config.rules.values()):
             archive.check()  # before any page is taken: each would fail and be retried
         content = await stack.enter_async_context(
-            contents(config, f.redis, settings.names, tuning.content_processes)
+            contents(config, f.redis, settings.names, monitoring.metrics, tuning.content_processes)
         )
         made = parts(
             f,

@@ -13,7 +13,11 @@ import sqlalchemy as sa
 import yaml
 
 from bench import documents as files
+from crawler.config import load_config
+from crawler.monitor.metrics import Metrics
 from crawler.sink import sql
+from crawler.worker import wiring
+from crawler.worker.watching import Monitoring
 from demo.site import Reply, Site, free_port, page, serve
 from tests.support.crawls import run_crawl
 from tests.support.services import settings_for
@@ -95,7 +99,9 @@ async def test_a_crawl_stores_main_content_languages_and_documents(
     tmp_path: Path, site: Site, amqp_url: str, prefix: str, sqlite_url: str
 ) -> None:
     path = configure(tmp_path / "d.yaml", [site], content={"main": True})
-    await run_crawl(settings_for(amqp_url, prefix, sqlite_url, path), site.url())
+    monitoring = Monitoring(Metrics())
+    settings = settings_for(amqp_url, prefix, sqlite_url, path)
+    await wiring.consume(settings, load_config(path), burst=True, seeds=[site.url()], monitoring=monitoring)
     found = pages(sqlite_url)
     article = found[site.url("/article")]
     assert "# How to brew better coffee at home" in article["markdown"].splitlines()
@@ -123,6 +129,14 @@ async def test_a_crawl_stores_main_content_languages_and_documents(
     assert [r["content_refused"] for r in hostile] == REFUSED
     assert all((r["text"], r["error"], r["status_code"]) == (None, None, 200) for r in hostile)
     assert all(r["near_duplicate_of"] is None for r in found.values())
+    counted = {
+        (sample.labels["outcome"], sample.labels["reason"]): sample.value
+        for metric in monitoring.metrics.content_pages.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    }
+    # Made: the home page (its list of links is what it has), the article, 3 languages, PDF, DOCX.
+    assert counted == {("made", ""): 7} | {("refused", reason): REFUSED.count(reason) for reason in REFUSED}
 
 
 async def test_content_off_stores_none_and_reads_no_document(
