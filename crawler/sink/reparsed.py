@@ -61,6 +61,7 @@ class PageContent:
     lang: str | None = None
     simhash: str | None = None
     content_refused: str | None = None
+    near_duplicate_of: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +113,9 @@ _TARGET = (
     *(Page.id, Page.url, Page.domain, Page.depth, Page.crawl_id, Page.final_url),
     *(Page.title, Page.data, Page.error, Page.signature),
     *(Page.warc_file, Page.warc_offset, Page.warc_length, Page.warc_digest, Page.warc_date),
-    *(Page.markdown, Page.text, Page.lang, Page.simhash, Page.content_refused),
+    *(Page.markdown, Page.text, Page.lang, Page.simhash, Page.content_refused, Page.near_duplicate_of),
 )
-CONTENT_FIELDS = ("markdown", "text", "lang", "simhash", "content_refused")
+CONTENT_FIELDS = ("markdown", "text", "lang", "simhash", "content_refused", "near_duplicate_of")
 
 
 class ReparseStore:

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from crawler.config import CONTENT_SECONDS, ContentRules, CrawlConfig, Rules
 from crawler.content.documents import DocumentLimits, is_document
 from crawler.content.pool import ContentPool, PoolLimits
-from crawler.dedup.near import NearIndex
+from crawler.dedup.near import NearIndexes
 from crawler.errors import ContentRefused
 from crawler.monitor.metrics import Metrics
 from crawler.names import Names
@@ -47,9 +47,7 @@ class Contents:
         self._jobs = jobs
         self._metrics = metrics
         self._pool = pool
-        self._redis = redis
-        self._names = names
-        self._indexes: dict[int, NearIndex] = {}
+        self._near = NearIndexes(redis, names)
 
     @staticmethod
     def reads(rules: Rules, content_type: str | None) -> bool:
@@ -93,7 +91,7 @@ class Contents:
         near = rules.near_duplicates
         original = None
         if near is not None and found.simhash is not None:
-            match = await self._index(near.distance).claim(found.simhash, record.url)
+            match = await self._near.at(near.distance).claim(found.simhash, record.url)
             original = match.page if match is not None else None
         markdown, text = found.kept(content.formats)
         record = replace(
@@ -106,12 +104,6 @@ class Contents:
         )
         self._metrics.observe_content(record.domain, "made" if original is None else "near_duplicate")
         return Made(record, skip_links=original is not None and near is not None and near.skip_links)
-
-    def _index(self, distance: int) -> NearIndex:
-        index = self._indexes.get(distance)
-        if index is None:
-            index = self._indexes[distance] = NearIndex(self._redis, self._names, distance)
-        return index
 
 
 @asynccontextmanager
