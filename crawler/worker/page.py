@@ -279,7 +279,9 @@ class Visitor:
             failure = Failure("permanent", read.error, response.status_code)
             return Outcome(record, read.links, failure, waited, fetched, extraction_failures=read.blamed)
         links: Sequence[str] = read.links
-        if self._contents is not None and rules.content is not None:
+        # A refresh that finds the stored content keeps its content columns: no need to make them.
+        unchanged = refresh is not None and refresh.unchanged(read.signature)
+        if self._contents is not None and rules.content is not None and not unchanged:
             made = await self._contents.page(record, rules, response.body, response.final_url)
             # A near-duplicate's links are not followed: its row's near_duplicate_of says why.
             record, links = made.record, () if made.skip_links else links

@@ -58,7 +58,7 @@ def settle(outcome: Outcome, refresh: Refresh | None, recrawl: Recrawl | None) -
         found, how, keep = "gone", "gone", CONTENT
     elif outcome.failure is not None:
         found, how, keep = "failed", "failed", CONTENT
-    elif seen.signature is not None and seen.signature == refresh.signature and refresh.gone == 0:
+    elif refresh.unchanged(seen.signature):
         found, how, keep = "unchanged", "same_signature", UNCHANGED
     else:
         found, how, keep = "changed", "changed", frozenset()

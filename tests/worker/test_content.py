@@ -11,13 +11,22 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import yaml
+from redis.asyncio import Redis
 
 from bench import documents as files
 from crawler.config import load_config
+from crawler.fetch.fetcher import BoundedFetcher
+from crawler.frontier.message import Refresh
 from crawler.monitor.metrics import Metrics
+from crawler.names import Names
+from crawler.parse.extract import compile_fields
 from crawler.sink import sql
+from crawler.sink.sql import PageRecord
 from crawler.worker import wiring
+from crawler.worker.content import contents
+from crawler.worker.live import LiveConfig
 from crawler.worker.watching import Monitoring
+from crawler.worker.wiring import make_fetcher
 from demo.site import Reply, Site, free_port, page, serve
 from tests.support.crawls import run_crawl
 from tests.support.services import settings_for
@@ -179,3 +188,26 @@ async def test_a_mirror_is_a_near_duplicate_whose_links_are_not_followed(
     assert {u for u in found if u.startswith(sites[0].url())} > {sites[0].url()}  # the original's links
     assert [u for u in found if u.startswith(sites[1].url())] == [sites[1].url()]  # none of the mirror's
     assert sites[1].hits("/more/0") == 0
+
+
+async def test_a_refresh_finding_the_stored_content_does_not_make_it_again(
+    tmp_path: Path, site: Site, redis: Redis, prefix: str, fetchers: list[BoundedFetcher]
+) -> None:
+    config = load_config(configure(tmp_path / "d.yaml", [site], content={}))
+    rules = config.rules_for(site.host)
+    fetchers.append(make_fetcher(config))
+    metrics = Metrics()
+    async with contents(config, redis, Names(prefix), metrics, 1) as made:
+        visitor = wiring.visitor(LiveConfig(config), redis, Names(prefix), fetchers[-1], content=made)
+        record = PageRecord(url=site.url("/article"), domain=site.host, depth=0, attempts=1)
+        first = await visitor.visit(record, rules, compile_fields(rules.extract), refresh=Refresh())
+        assert first.record.markdown is not None and first.seen.signature is not None
+        again = Refresh(signature=first.seen.signature)
+        second = await visitor.visit(record, rules, compile_fields(rules.extract), refresh=again)
+    assert second.seen.signature == first.seen.signature and second.record.markdown is None
+    assert (
+        metrics.registry.get_sample_value(
+            "crawler_content_pages_total", {"domain": site.host, "outcome": "made", "reason": ""}
+        )
+        == 1
+    )
