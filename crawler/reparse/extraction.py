@@ -98,7 +98,7 @@ def _reread(process: _Process, file: ArchiveFile, target: Target) -> Result:
     stored = answer.stored
     rules = process.config.rules.get(target.domain)
     final_url = target.final_url or target.url
-    if rules is not None and _document(answer, rules):
+    if rules is not None and _document(answer, rules, final_url):
         content, title = _content(rules, stored.body, stored.content_type, final_url, document=True)
         return Result(target, "read", content=content, title=title)
     if not _page(answer):
@@ -127,16 +127,16 @@ def _reread(process: _Process, file: ArchiveFile, target: Target) -> Result:
     return Result(target, "read", got, content=content)
 
 
-def _document(answer: Answer, rules: Rules) -> bool:
-    """Whether the crawl would read this answer as a document: `content:` on, a whole body of a
-    document's type, not an error."""
+def _document(answer: Answer, rules: Rules, url: str) -> bool:
+    """Whether the crawl would read this answer of `url` as a document: `content:` on, a whole body
+    of a document's type (or a generic type and a document's extension), not an error."""
     stored = answer.stored
     return (
         rules.content is not None
         and stored.status < 300
         and stored.rendered is None
         and not answer.truncated
-        and is_document(stored.content_type)
+        and is_document(stored.content_type, url)
     )
 
 

@@ -50,9 +50,9 @@ class Contents:
         self._near = NearIndexes(redis, names)
 
     @staticmethod
-    def reads(rules: Rules, content_type: str | None) -> bool:
-        """True if an answer that is not HTML, of `content_type`, is read as a document."""
-        return rules.content is not None and is_document(content_type)
+    def reads(rules: Rules, content_type: str | None, url: str) -> bool:
+        """True if an answer of `url` that is not HTML, of `content_type`, is read as a document."""
+        return rules.content is not None and is_document(content_type, url)
 
     async def page(self, record: PageRecord, rules: Rules, body: bytes, url: str) -> Made:
         """`record` with an HTML page's main content (none without `main`), language and simhash."""

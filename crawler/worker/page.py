@@ -256,7 +256,7 @@ class Visitor:
         if (
             status_failure is None
             and self._contents is not None
-            and self._contents.reads(rules, record.content_type)
+            and self._contents.reads(rules, record.content_type, response.final_url)
         ):
             made = await self._contents.document(record, rules, response.body, response.final_url)
             return Outcome(made.record, (), None, waited, fetched, seen=seen)

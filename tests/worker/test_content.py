@@ -90,7 +90,7 @@ def pages(database_url: str) -> dict[str, dict[str, Any]]:
 @pytest.fixture
 def site() -> Iterator[Site]:
     hostile = {f"/hostile/{i}": document(*made) for i, made in enumerate(files.hostile().values())}
-    links = ["/article", "/de", "/ja", "/ru", "/report.pdf", "/memo.docx", *hostile]
+    links = ["/article", "/de", "/ja", "/ru", "/report.pdf", "/memo.docx", "/files/minutes.pdf", *hostile]
     routes = {
         **hostile,
         "/": page("Home", links),
@@ -98,6 +98,10 @@ def site() -> Iterator[Site]:
         **{f"/{lang}": article_in(lang) for lang in ("de", "ja", "ru")},
         "/report.pdf": document(files.pdf(["Annual report.", "Revenue grew."], title="Report 2024"), PDF),
         "/memo.docx": document(files.docx_file(["Memo", "The office moves in May."], title="Memo"), DOCX),
+        # Served as a download: its URL's extension says what it is.
+        "/files/minutes.pdf": document(
+            files.pdf(["Minutes of May."], title="Minutes"), "application/octet-stream"
+        ),
     }
     site = Site("a.test", IPS["a.test"], free_port(IPS["a.test"]), routes)  # type: ignore[arg-type]
     with serve(site):
@@ -133,6 +137,8 @@ async def test_a_crawl_stores_main_content_languages_and_documents(
         None,
     )
     assert memo["text"].splitlines() == ["Memo", "The office moves in May."] and memo["title"] == "Memo"
+    minutes = found[site.url("/files/minutes.pdf")]
+    assert (minutes["text"], minutes["title"]) == ("Minutes of May.", "Minutes")
     # Each hostile document (bench.documents.hostile) refused with its reason; its row is no failure.
     hostile = [found[site.url(f"/hostile/{i}")] for i in range(len(REFUSED))]
     assert [r["content_refused"] for r in hostile] == REFUSED
@@ -144,8 +150,8 @@ async def test_a_crawl_stores_main_content_languages_and_documents(
         for sample in metric.samples
         if sample.name.endswith("_total")
     }
-    # Made: the home page (its list of links is what it has), the article, 3 languages, PDF, DOCX.
-    assert counted == {("made", ""): 7} | {("refused", reason): REFUSED.count(reason) for reason in REFUSED}
+    # Made: the home page (its list of links is what it has), the article, 3 languages, 2 PDFs, DOCX.
+    assert counted == {("made", ""): 8} | {("refused", reason): REFUSED.count(reason) for reason in REFUSED}
 
 
 async def test_content_off_stores_none_and_reads_no_document(
