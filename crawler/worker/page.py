@@ -258,6 +258,9 @@ class Visitor:
             and self._contents is not None
             and self._contents.reads(rules, record.content_type, response.final_url)
         ):
+            # Signed by its headers: a refresh that finds them unchanged keeps what was read before.
+            if refresh is not None and refresh.unchanged(seen.signature):
+                return Outcome(record, (), None, waited, fetched, seen=seen)
             made = await self._contents.document(record, rules, response.body, response.final_url)
             return Outcome(made.record, (), None, waited, fetched, seen=seen)
         if status_failure is not None or not response.is_html:

@@ -205,15 +205,14 @@ async def test_a_refresh_finding_the_stored_content_does_not_make_it_again(
     metrics = Metrics()
     async with contents(config, redis, Names(prefix), metrics, 1) as made:
         visitor = wiring.visitor(LiveConfig(config), redis, Names(prefix), fetchers[-1], content=made)
-        record = PageRecord(url=site.url("/article"), domain=site.host, depth=0, attempts=1)
-        first = await visitor.visit(record, rules, compile_fields(rules.extract), refresh=Refresh())
-        assert first.record.markdown is not None and first.seen.signature is not None
-        again = Refresh(signature=first.seen.signature)
-        second = await visitor.visit(record, rules, compile_fields(rules.extract), refresh=again)
-    assert second.seen.signature == first.seen.signature and second.record.markdown is None
-    assert (
-        metrics.registry.get_sample_value(
-            "crawler_content_pages_total", {"domain": site.host, "outcome": "made", "reason": ""}
-        )
-        == 1
+        for path in ("/article", "/report.pdf"):  # a page signed by its content, a document by its headers
+            record = PageRecord(url=site.url(path), domain=site.host, depth=0, attempts=1)
+            first = await visitor.visit(record, rules, compile_fields(rules.extract), refresh=Refresh())
+            assert first.record.text is not None and first.seen.signature is not None
+            again = Refresh(signature=first.seen.signature)
+            second = await visitor.visit(record, rules, compile_fields(rules.extract), refresh=again)
+            assert second.seen.signature == first.seen.signature and second.record.text is None
+    made_count = metrics.registry.get_sample_value(
+        "crawler_content_pages_total", {"domain": site.host, "outcome": "made", "reason": ""}
     )
+    assert made_count == 2
