@@ -3,6 +3,7 @@
 python -m bench.run [--pages N] [--only scrapy,scrapy-redis,crawler] [--sink sqlite,postgresql] [--profile]
 python -m bench.run --only crawler --archive-pairs N
 python -m bench.run --only crawler --frontier-pairs N
+python -m bench.run --only crawler --content-pairs N
 
 With --archive-pairs, the crawler runs N pairs of times per sink instead of once, the WARC archive off
 then on (`archive: true` for every domain, CRAWLER_ARCHIVE_DIR in the run's directory), alternating,
@@ -10,7 +11,9 @@ and the table compares them: pages/s, CPU per page, and archive bytes per page (
 the pages stored). --frontier-pairs does the same with the frontier's queues classic then quorum
 (`frontier: {queue_type: quorum, replicas: 3}` in domains.yaml), comparing pages/s and the CPU per
 page of the crawler and of RabbitMQ. On a single RabbitMQ node a quorum queue has one member: its
-Raft log and fsyncs are measured, not its replication.
+Raft log and fsyncs are measured, not its replication. --content-pairs compares `content: {}` off
+and on for every domain (main content, language, simhash claimed; docs/content.md): pages/s and CPU
+per page, the content pool's processes included (each consumer reaps them: their CPU is its own).
 """
 
 from __future__ import annotations
@@ -157,6 +160,12 @@ def _quorum(config: Config) -> Config:
     return {**config, "frontier": QUORUM}
 
 
+def _content(config: Config) -> Config:
+    defaults = config["defaults"]
+    assert isinstance(defaults, dict)
+    return {**config, "defaults": {**defaults, "content": {}}}
+
+
 @dataclass(slots=True)
 class Paired:
     """One crawler run of a comparison in pairs: the first of a pair as usual (`on` false), the
@@ -183,6 +192,7 @@ class Archived(Paired):
 P = TypeVar("P", bound=Paired)
 ARCHIVE_STATES = ("off", "on")
 FRONTIER_STATES = ("classic", "quorum")
+CONTENT_STATES = ("off", "on")
 
 
 def _archived_run(processes: int, sink: str, pair: int, on: bool, bench: Bench) -> Archived:
@@ -203,6 +213,15 @@ def _frontier_run(processes: int, sink: str, pair: int, quorum: bool, bench: Ben
         result = run_crawler(bench, processes, sink)
     result.tool += " quorum" if quorum else ""
     return Paired(pair, sink, quorum, result)
+
+
+def _content_run(processes: int, sink: str, pair: int, on: bool, bench: Bench) -> Paired:
+    """One crawler run with `content:` on for every domain or off, in a directory of its own."""
+    bench.work = bench.work / f"content-{sink}-{pair}-{CONTENT_STATES[on]}"
+    with _configured(_content if on else None):
+        result = run_crawler(bench, processes, sink)
+    result.tool += " content" if on else ""
+    return Paired(pair, sink, on, result)
 
 
 def _pairs(
@@ -343,6 +362,33 @@ def frontier_table(runs: Sequence[Paired], broker: str) -> str:
     return "\n".join([*_aligned(rows, 3), f"note: {broker}"])
 
 
+def content_table(runs: Sequence[Paired]) -> str:
+    """Each run of a --content-pairs comparison, then per sink the means and what content costs."""
+    rows = [("pair", "sink", "content", "pages", "pages/s", "tool ms/p", "all ms/p")]
+    for run in runs:
+        r = run.result
+        rows.append(
+            (
+                str(run.pair),
+                run.sink,
+                CONTENT_STATES[run.on],
+                f"{r.pages}/{r.expected}",
+                f"{r.pages_per_s:.1f}",
+                _fmt(r.ms_per_page(TOOL), ".2f"),
+                _fmt(_all_ms(r), ".2f"),
+            )
+        )
+    lines = _aligned(rows, 3)
+    for sink, of in _by_sink(runs):
+        cpu = {on: _mean(of[on], _tool_ms) for on in of}
+        rate = {on: _mean(of[on], _pages_per_s) for on in of}
+        lines.append(
+            f"mean {sink}: tool CPU on {cpu[True]:.2f} ms/p, off {cpu[False]:.2f} ms/p "
+            f"(x{cpu[True] / cpu[False]:.1f}); pages/s on {rate[True]:.1f}, off {rate[False]:.1f}"
+        )
+    return "\n".join(lines)
+
+
 def _sinks(value: str) -> list[str]:
     chosen = [t.strip() for t in value.split(",") if t.strip()]
     unknown = [t for t in chosen if t not in SINKS]
@@ -399,11 +445,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="the crawler N pairs of times per sink instead of once: the frontier's queues classic, "
         "then quorum (3 replicas asked for), alternating, compared side by side",
     )
+    parser.add_argument(
+        "--content-pairs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the crawler N pairs of times per sink instead of once: `content:` off, then on (every "
+        "domain), alternating, compared side by side",
+    )
     args = parser.parse_args(argv)
-    if args.archive_pairs < 0 or args.frontier_pairs < 0:
-        parser.error("--archive-pairs and --frontier-pairs must be 0 or more")
-    if args.archive_pairs and args.frontier_pairs:
-        parser.error("--archive-pairs and --frontier-pairs go one at a time")
+    pairs = (args.archive_pairs, args.frontier_pairs, args.content_pairs)
+    if min(pairs) < 0:
+        parser.error("--archive-pairs, --frontier-pairs and --content-pairs must be 0 or more")
+    if sum(1 for n in pairs if n) > 1:
+        parser.error("--archive-pairs, --frontier-pairs and --content-pairs go one at a time")
     # Stopped early, the bench still kills its tools and nginx (the finally blocks run on exit).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -420,7 +475,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         runs.append(("scrapy-redis x2", lambda b: run_scrapy_redis(b, 2)))
     archived: list[Archived] = []
     frontiers: list[Paired] = []
-    if "crawler" in args.only and args.archive_pairs:
+    contents: list[Paired] = []
+    if "crawler" in args.only and args.content_pairs:
+        runs += _pairs(
+            args.content_pairs, args.processes, args.sink, "content", CONTENT_STATES, _content_run, contents
+        )
+    elif "crawler" in args.only and args.archive_pairs:
         runs += _pairs(
             args.archive_pairs, args.processes, args.sink, "archive", ARCHIVE_STATES, _archived_run, archived
         )
@@ -457,6 +517,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if frontiers:
         print()
         print(frontier_table(frontiers, broker_note()))
+    if contents:
+        print()
+        print(content_table(contents))
     for result in results:
         for n, (main_cpu, others) in enumerate(result.threads):
             print(

@@ -33,6 +33,7 @@ from rich.console import Console
 from crawler import connections, stopping
 from crawler.archive.source import ArchiveSource
 from crawler.config import CrawlConfig, load_config, with_dedup_mode
+from crawler.dedup.near import NearIndexes
 from crawler.errors import ConfigError, CrawlerError
 from crawler.monitor import logs, readings
 from crawler.monitor.endpoint import METRICS_ADDR
@@ -422,6 +423,11 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument(
         "--changed-since", metavar="TIME", help="only pages with a version fetched after this time"
     )
+    p.add_argument(
+        "--dataset",
+        action="store_true",
+        help="pages with content, one JSON record each: url, title, lang, markdown, fetched_at, digest",
+    )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--out", type=Path, help="file to write (default: stdout; parquet needs a file)")
     where.add_argument(
@@ -663,14 +669,18 @@ async def _reparse(settings: Settings, config: CrawlConfig, args: argparse.Names
 
     try:
         async with AsyncExitStack() as stack:
-            links = None
+            links, redis = None, None
             if not args.no_links:
                 f = await stack.enter_async_context(wiring.frontier(settings, "crawler reparse", config))
                 links = await stack.enter_async_context(
                     links_into(f.connection, f.seen, f.redis, config, settings.names)
                 )
+                redis = f.redis
+            elif config.content:  # near-duplicates are claimed in the fleet's index, in Redis
+                redis = await stack.enter_async_context(connections.redis(settings.redis_url))
+            near = NearIndexes(redis, settings.names) if redis is not None and config.content else None
             workers = args.workers or os.cpu_count() or 1
-            reparser = Reparser(config, store, source, selection, workers=workers, links=links)
+            reparser = Reparser(config, store, source, selection, workers=workers, links=links, near=near)
             done = await reparser.run(stop, report)
     finally:
         store.close()
@@ -699,7 +709,7 @@ def _export(args: argparse.Namespace) -> int:
     try:
         since = parse_since(args.since) if args.since else None
         changed = parse_since(args.changed_since, "--changed-since") if args.changed_since else None
-        query = Query(args.domain, since, args.history, changed)
+        query = Query(args.domain, since, args.history, changed, args.dataset)
         settings = Settings.from_env()
         if args.to:
             count = export_to_object(settings, args.format, args.to, query)

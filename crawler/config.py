@@ -293,6 +293,54 @@ Sitemaps = Annotated[Literal["auto", False] | tuple[str, ...], BeforeValidator(_
 the listed URLs, or none (false)."""
 
 
+ContentFormat = Literal["markdown", "text"]
+# A page's content job in the content pool gets this long (its time limit) before it is refused:
+# a delivery keeps room for it after the fetch.
+CONTENT_SECONDS = 30.0
+
+
+def _content(value: Any) -> Any:
+    # `content: true` (or `on`) asks for the defaults; a bare `off` (YAML's false) turns it off.
+    if value is True or value == "on":
+        return {}
+    return None if value is False or value == "off" else value
+
+
+class ContentRules(_Strict):
+    """What a page's content becomes (crawler/content/, docs/content.md): with `main`, an HTML
+    page's main content in `formats`; documents (PDF, office files) are read into text either way;
+    `lang` and `simhash` come with both."""
+
+    main: bool = True
+    formats: tuple[ContentFormat, ...] = Field(("markdown", "text"), min_length=1)
+    favor: Literal["balanced", "precision", "recall"] = "precision"  # trafilatura's trade-off
+
+    @field_validator("formats")
+    @classmethod
+    def _once(cls, value: tuple[ContentFormat, ...]) -> tuple[ContentFormat, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError("list each format once")
+        return value
+
+
+def _near(value: Any) -> Any:
+    # `near_duplicates: skip_links` is the short form of `{skip_links: true}`; `on` or true: defaults.
+    if value == "skip_links":
+        return {"skip_links": True}
+    if value is True or value == "on":
+        return {}
+    return None if value is False or value == "off" else value
+
+
+class NearDuplicates(_Strict):
+    """Near-duplicates of a domain with `content` on: its pages' simhashes claimed in the fleet's index
+    (crawler/dedup/near.py) within `distance` bits; with `skip_links`, a near-duplicate's links are
+    not followed (mirrors, session-id traps)."""
+
+    distance: int = Field(3, ge=0, le=4)
+    skip_links: bool = False
+
+
 class RecrawlRule(_Strict):
     """URLs whose path and query match `match` (a regular expression) are recrawled with these
     settings over the domain's `recrawl` (or over its defaults, if the domain's is off)."""
@@ -341,6 +389,13 @@ class Rules(_Strict):
     # Every answer this domain gives is written to the WARC archive (crawler/archive/), for
     # `crawler reparse` and for any WARC reader.
     archive: bool = False
+    # Main content as Markdown and text, language, documents read, simhash; None (the default, or
+    # `content: off`): none of it, and no content pool is started.
+    content: Annotated[ContentRules | None, BeforeValidator(_content)] = None
+    # Applies with `content` on; `off`: no simhash is claimed.
+    near_duplicates: Annotated[NearDuplicates | None, BeforeValidator(_near)] = Field(
+        default_factory=NearDuplicates
+    )
 
     def fetch_for(self, url: str) -> FetchSpec:
         """How `url` is fetched: the first fetch rule found in its path and query, else `fetch`."""
@@ -369,6 +424,11 @@ class Rules(_Strict):
     def recrawls(self) -> bool:
         """True if any of the domain's pages is fetched again on a schedule."""
         return self.recrawl is not None or bool(self.recrawl_rules)
+
+    @property
+    def visit_seconds(self) -> float:
+        """The longest a page's visit takes once its fetch starts: the fetch, then its content."""
+        return self.timeout + (CONTENT_SECONDS if self.content is not None else 0.0)
 
     @property
     def uses_api(self) -> bool:
@@ -413,6 +473,8 @@ class DomainRules(_Strict):
     history: Annotated[History | None, BeforeValidator(_off)] = None
     sitemaps: Sitemaps | None = None
     archive: bool | None = None
+    content: Annotated[ContentRules | None, BeforeValidator(_content)] = None
+    near_duplicates: Annotated[NearDuplicates | None, BeforeValidator(_near)] = None
 
 
 @lru_cache(maxsize=1024)
@@ -646,9 +708,10 @@ class CrawlConfig(_Strict):
             ("defaults", self.defaults),
             *((f"domains.{d}", r) for d, r in self.rules.items()),
         ]:
-            if rules.timeout >= room:
+            if rules.visit_seconds >= room:
+                content = f" and its content's {CONTENT_SECONDS:g}s" if rules.content is not None else ""
                 raise ValueError(
-                    f"{where}: timeout {rules.timeout:g}s does not fit in delivery_timeout "
+                    f"{where}: timeout {rules.timeout:g}s{content} does not fit in delivery_timeout "
                     f"{self.delivery_timeout:g}s (RabbitMQ's consumer_timeout) less "
                     f"{self.delivery_margin:g}s kept for storing and routing: lower timeout, or raise "
                     "consumer_timeout on the broker and delivery_timeout here together"
@@ -662,7 +725,7 @@ class CrawlConfig(_Strict):
 
     def start_by(self, received: float, rules: Rules) -> float:
         """The latest (monotonic) time a fetch of a delivery `received` then may start."""
-        return received + self.delivery_timeout - self.delivery_margin - rules.timeout
+        return received + self.delivery_timeout - self.delivery_margin - rules.visit_seconds
 
     @cached_property
     def rules(self) -> dict[str, Rules]:
@@ -679,6 +742,9 @@ class CrawlConfig(_Strict):
                 merged["recrawl_rules"] = ()
         if "history" in overrides.model_fields_set and overrides.history is None:
             merged["history"] = None
+        for key in ("content", "near_duplicates"):  # `off` for this domain, whatever the defaults say
+            if key in overrides.model_fields_set and getattr(overrides, key) is None:
+                merged[key] = None
         return Rules.model_validate(merged)
 
     def domain_of(self, host: str) -> str | None:
@@ -694,6 +760,11 @@ class CrawlConfig(_Strict):
     def rules_for(self, domain: str | None) -> Rules:
         """Rules of a configured domain, or the defaults for any other host."""
         return self.rules.get(domain, self.defaults) if domain else self.defaults
+
+    @property
+    def content(self) -> bool:
+        """True if any domain makes content of its pages: a worker then starts a content pool."""
+        return any(rules.content is not None for rules in self.rules.values())
 
     @property
     def dropped_params(self) -> tuple[str, ...]:

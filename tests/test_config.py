@@ -160,6 +160,41 @@ domains:
             parse_config(f"defaults:\n  history: {bad}\n")
 
 
+def test_content_is_off_by_default_with_short_forms() -> None:
+    config = parse_config(
+        """
+defaults:
+  near_duplicates: skip_links
+domains:
+  a.test: {content: on}
+  b.test: {content: {main: false, formats: [text]}, near_duplicates: {distance: 2}}
+  c.test: {near_duplicates: off}
+"""
+    )
+    a, b, c = (config.rules[d] for d in ("a.test", "b.test", "c.test"))
+    assert a.content is not None and a.content.main and a.content.formats == ("markdown", "text")
+    assert a.near_duplicates is not None and (a.near_duplicates.distance, a.near_duplicates.skip_links) == (
+        3,
+        True,
+    )
+    assert b.content is not None and not b.content.main and b.content.formats == ("text",)
+    assert b.near_duplicates is not None and (b.near_duplicates.distance, b.near_duplicates.skip_links) == (
+        2,
+        False,
+    )
+    assert c.content is None and c.near_duplicates is None and config.content
+    assert parse_config("").defaults.content is None and not parse_config("").content
+    for bad, key in (
+        ("{formats: [html]}", "formats"),
+        ("{formats: []}", "formats"),
+        ("{mian: true}", "mian"),
+    ):
+        with pytest.raises(ConfigError, match=key):
+            parse_config(f"defaults:\n  content: {bad}\n")
+    with pytest.raises(ConfigError, match="distance"):
+        parse_config("defaults:\n  near_duplicates: {distance: 5}\n")
+
+
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read the config"):
         load_config(tmp_path / "nope.yaml")

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as ASGIScope
@@ -356,6 +356,12 @@ class PageOut(BaseModel):
     version: int | None
     changed_at: datetime | None
     next_fetch_at: datetime | None
+    markdown: str | None = Field(description="its main content as Markdown (`content:` on)")
+    text: str | None = Field(description="its main content, or a document's text, as plain text")
+    lang: str | None = Field(description="the language of its text: ISO 639-1 (or 639-3)")
+    simhash: str | None = Field(description="the simhash of its text, 16 hex digits")
+    near_duplicate_of: str | None = Field(description="the page stored first that it nearly duplicates")
+    content_refused: str | None = Field(description="why its body was not made into content")
 
     @classmethod
     def of(cls, state: PageState) -> PageOut:

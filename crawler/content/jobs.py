@@ -3,6 +3,7 @@ one trip to a process."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from crawler.content.documents import DocumentLimits, read_document
@@ -24,6 +25,13 @@ class Content:
     title: str | None = None
     pages: int | None = None
     truncated: bool = False
+
+    def kept(self, formats: Collection[str]) -> tuple[str | None, str | None]:
+        """Its Markdown and text, each None unless `formats` (a domain's `content.formats`) asks for it."""
+        return (
+            self.markdown if "markdown" in formats else None,
+            self.text if "text" in formats else None,
+        )
 
 
 def html_content(html: str | bytes, url: str | None = None, favor: Favor = "precision") -> Content | None:

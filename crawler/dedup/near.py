@@ -213,6 +213,22 @@ class NearIndex:
         return None
 
 
+class NearIndexes:
+    """The index at each distance domains ask for (each distance has tables of its own), made once."""
+
+    def __init__(self, redis: Redis, names: Names) -> None:
+        self._redis = redis
+        self._names = names
+        self._made: dict[int, NearIndex] = {}
+
+    def at(self, distance: int) -> NearIndex:
+        """The index searched within `distance` bits."""
+        index = self._made.get(distance)
+        if index is None:
+            index = self._made[distance] = NearIndex(self._redis, self._names, distance)
+        return index
+
+
 def _checked(simhash: int) -> int:
     if not 0 <= simhash <= _MASK:
         raise ValueError(f"a simhash is a 64-bit unsigned integer, not {simhash}")

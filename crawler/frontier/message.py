@@ -40,6 +40,10 @@ class Refresh:
     version: int | None = None
     archived: Archived | None = None  # its stored answer in the WARC archive, for a revisit record
 
+    def unchanged(self, signature: str | None) -> bool:
+        """Whether an answer signed `signature` is the stored content, still there (not gone)."""
+        return signature is not None and signature == self.signature and self.gone == 0
+
     def encode(self) -> dict[str, Any]:
         """The refresh as the message's "refresh" object (absent values left out)."""
         out: dict[str, Any] = {"gone": self.gone}

@@ -225,6 +225,13 @@ class Metrics:
             ["domain", "kind"],
             registry=r,
         )
+        self.content_pages = Counter(
+            "crawler_content_pages",
+            "Pages and documents of domains with content on, by what their content came to (made, "
+            "near_duplicate, none, refused) and why one was refused",
+            ["domain", "outcome", "reason"],
+            registry=r,
+        )
         self.sitemap_files = Counter(
             "crawler_sitemap_files",
             "Sitemap files read, by outcome (read, not_modified, unchanged, redirected, failed, disallowed)",
@@ -394,6 +401,10 @@ class Metrics:
             self.skipped.labels(domain, reason).inc()
         elif kind == "cancelled":
             self.skipped.labels(domain, "cancelled").inc()
+
+    def observe_content(self, domain: str, outcome: str, reason: str = "") -> None:
+        """A page's content came to `outcome`: made, near_duplicate, none, or refused (for `reason`)."""
+        self.content_pages.labels(domain, outcome, reason).inc()
 
     def observe_sitemap_file(self, domain: str, outcome: str) -> None:
         """A sitemap file's reading came to `outcome`."""

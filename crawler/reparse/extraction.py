@@ -17,13 +17,15 @@ import httpx
 
 from crawler.archive.reader import RECORD_HEADROOM
 from crawler.archive.source import ArchiveSource
-from crawler.config import CrawlConfig
-from crawler.errors import ArchiveError
+from crawler.config import CrawlConfig, Rules
+from crawler.content.documents import DocumentLimits, is_document
+from crawler.errors import ArchiveError, ContentRefused
 from crawler.fetch.fetcher import HTML_TYPES, REDIRECTS
 from crawler.parse.extract import Fields, compile_fields
 from crawler.parse.reading import PageRead, read_page, read_page_now
 from crawler.reparse.records import Answer, ArchiveFile
-from crawler.sink.reparsed import Target
+from crawler.sink.reparsed import PageContent, Target
+from crawler.sink.sql import simhash_hex
 
 Outcome = Literal["read", "skipped", "unconfigured", "missing"]
 RENDERED_TYPE = "text/html; charset=utf-8"  # a DOM is serialized as UTF-8
@@ -38,6 +40,8 @@ class Result:
     outcome: Outcome
     read: PageRead | None = None
     note: str | None = None  # why its record could not be read
+    content: PageContent | None = None  # with `content:` on: its content columns
+    title: str | None = None  # a document's, read with its content
 
 
 @dataclass(slots=True)
@@ -92,15 +96,18 @@ def _reread(process: _Process, file: ArchiveFile, target: Target) -> Result:
     except ArchiveError as exc:
         return Result(target, "missing", note=str(exc))
     stored = answer.stored
+    rules = process.config.rules.get(target.domain)
+    final_url = target.final_url or target.url
+    if rules is not None and _document(answer, rules, final_url):
+        content, title = _content(rules, stored.body, stored.content_type, final_url, document=True)
+        return Result(target, "read", content=content, title=title)
     if not _page(answer):
         return Result(target, "skipped")
-    if target.domain not in process.config.rules:
+    if rules is None:
         return Result(target, "unconfigured")  # no extraction of its own now: its row is left alone
-    rules = process.config.rules_for(target.domain)
     fields = process.fields.get(target.domain)
     if fields is None:
         fields = process.fields[target.domain] = compile_fields(rules.extract)
-    final_url = target.final_url or target.url
     # A rendered page is read from its DOM, as the crawl read it.
     body = stored.rendered if stored.rendered is not None else stored.body
     content_type = RENDERED_TYPE if stored.rendered is not None else stored.content_type
@@ -114,7 +121,48 @@ def _reread(process: _Process, file: ArchiveFile, target: Target) -> Result:
             seconds=rules.timeout, sign=sign,
         )  # fmt: skip
         got = process.loop.run_until_complete(reading)
-    return Result(target, "read", got)
+    if got.error is not None:
+        return Result(target, "read", got)
+    content, _ = _content(rules, body, content_type, final_url, document=False)
+    return Result(target, "read", got, content=content)
+
+
+def _document(answer: Answer, rules: Rules, url: str) -> bool:
+    """Whether the crawl would read this answer of `url` as a document: `content:` on, a whole body
+    of a document's type (or a generic type and a document's extension), not an error."""
+    stored = answer.stored
+    return (
+        rules.content is not None
+        and stored.status < 300
+        and stored.rendered is None
+        and not answer.truncated
+        and is_document(stored.content_type, url)
+    )
+
+
+def _content(
+    rules: Rules, body: bytes, content_type: str | None, url: str, *, document: bool
+) -> tuple[PageContent | None, str | None]:
+    """The content columns of a page (or document), as a crawl with the domain's `content:` makes
+    them, and a document's title; (None, None) when there are none to make."""
+    wanted = rules.content
+    if wanted is None or not (document or wanted.main):
+        return None, None
+    from crawler.content import jobs  # the content libraries: a reparse without content never loads them
+
+    found: jobs.Content | None
+    try:
+        if document:
+            found = jobs.document_content(body, content_type, url, DocumentLimits())
+        else:
+            found = jobs.html_content(body, url, wanted.favor)
+    except ContentRefused as refused:
+        return PageContent(content_refused=str(refused.reason)), None
+    if found is None:
+        return PageContent(), None
+    markdown, text = found.kept(wanted.formats)
+    lang = found.lang.code if found.lang is not None else None
+    return PageContent(markdown, text, lang, simhash_hex(found.simhash)), found.title
 
 
 def _page(answer: Answer) -> bool:

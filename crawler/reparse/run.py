@@ -12,13 +12,14 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from itertools import chain
 from pathlib import Path
 
 from crawler.archive.source import ArchiveSource
 from crawler.config import CrawlConfig
+from crawler.dedup.near import NearIndexes
 from crawler.reparse.extraction import Result, reread, start
 from crawler.reparse.linking import Links
 from crawler.sink.reparsed import ReparseStore, Reread, Run, Selection, Target
@@ -48,7 +49,8 @@ class Progress:
 
 
 class Reparser:
-    """Runs `crawler reparse` over `selection`, with `workers` processes; `links` None: no links routed."""
+    """Runs `crawler reparse` over `selection`, with `workers` processes; `links` None: no links routed;
+    `near` None: no simhash claimed (a page's `near_duplicate_of` stays as it was)."""
 
     def __init__(
         self,
@@ -59,8 +61,10 @@ class Reparser:
         *,
         workers: int,
         links: Links | None,
+        near: NearIndexes | None = None,
         batch: int = BATCH,
     ) -> None:
+        self._near = near
         self._config = config
         self._store = store
         # A directory's name: the local archive there.
@@ -133,6 +137,7 @@ class Reparser:
         self._warn(results)
         self._skipped += sum(1 for r in results if r.outcome in ("skipped", "unconfigured"))
         links = await self._route(results, run)
+        results = [await self._claimed(r) for r in results]
         changed = [reread_ for r in results if (reread_ := self._changed(r)) is not None]
         await asyncio.to_thread(
             self._store.commit,
@@ -165,19 +170,39 @@ class Reparser:
             self._unconfigured.add(domain)
             log.warning("reparse: %s is no longer in domains.yaml: its pages are left as they are", domain)
 
+    async def _claimed(self, result: Result) -> Result:
+        """`result` with its near-duplicate: its simhash claimed in the fleet's index (in page order,
+        as a crawl claims them), as the crawl would; without an index, the stored one kept."""
+        content, target = result.content, result.target
+        if content is None:
+            return result
+        near = self._config.rules_for(target.domain).near_duplicates
+        if self._near is None or near is None or content.simhash is None:
+            kept = target.content.near_duplicate_of if self._near is None else None
+            return replace(result, content=replace(content, near_duplicate_of=kept))
+        match = await self._near.at(near.distance).claim(int(content.simhash, 16), target.url)
+        original = match.page if match is not None else None
+        return replace(result, content=replace(content, near_duplicate_of=original))
+
     def _changed(self, result: Result) -> Reread | None:
         """The row `result` makes, if it differs from the stored one."""
-        read, target = result.read, result.target
-        if read is None:
-            return None
+        read, target, content = result.read, result.target, result.content
+        history = self._config.rules_for(target.domain).history is not None
+        new_content = content if content is not None and content != target.content else None
+        if read is None:  # a document: its content alone, and its title
+            if new_content is None and (content is None or result.title == target.title):
+                return None
+            title = result.title if content is not None else target.title
+            return Reread(target, title, target.data, target.error, target.signature, history, new_content)
         data = read.data or None
         signature = read.signature if target.signature is not None else None
-        if (read.title, data, read.error) == (target.title, target.data, target.error) and (
-            signature is None or signature == target.signature
+        if (
+            (read.title, data, read.error) == (target.title, target.data, target.error)
+            and (signature is None or signature == target.signature)
+            and new_content is None
         ):
             return None
-        history = self._config.rules_for(target.domain).history is not None
-        return Reread(target, read.title, data, read.error, signature, history)
+        return Reread(target, read.title, data, read.error, signature, history, new_content)
 
     async def _route(self, results: Sequence[Result], run: Run) -> int:
         """Route the links of the pages read; those seen before are dropped by dedup. How many went."""

@@ -9,6 +9,7 @@ pass over `data` alone, which holds only the set of field names and their types.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import sys
@@ -19,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.exc import DBAPIError
 
 from crawler.errors import ConfigError, NotFound, SinkError
@@ -42,7 +43,12 @@ COLUMNS = (
     "title",
     "fetched_at",
     "attempts",
+    "markdown",
+    "text",
+    "lang",
 )
+# `--dataset`: one JSON record per page with content, as a corpus pipeline reads it (docs/data.md).
+DATASET_COLUMNS = ("url", "title", "lang", "markdown", "fetched_at", "digest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,7 @@ class Query:
     since: datetime | None = None
     history: bool = False
     changed_since: datetime | None = None
+    dataset: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +143,10 @@ def export(
     `fmt`; return how many were written."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}: use one of {', '.join(FORMATS)}")
+    if query.dataset and (fmt != "jsonl" or query.history):
+        raise ConfigError(
+            "--dataset writes JSON lines of pages: use it with --format jsonl, without --history"
+        )
     if fmt == "parquet":
         _need_pyarrow()
         if out is None:
@@ -156,6 +167,8 @@ def export(
                 stack.callback(_detached, stream)  # flushed into the upload, which its owner ends
             else:
                 stream = stack.enter_context(out.open("w", encoding="utf-8", newline=""))
+            if query.dataset:
+                return _dataset(engine, query, stream, batch)
             if fmt == "jsonl":
                 return _jsonl(engine, query, stream, batch)
             return _csv(engine, query, stream, batch)
@@ -226,6 +239,29 @@ def _jsonl(engine: Any, query: Query, stream: IO[str], batch: int) -> int:
     for row in _rows(engine, _select(query, *shape.select()), batch):
         record = {name: _plain(name, value) for name, value in zip(shape.columns, row, strict=False)}
         record["data"] = row[-1]
+        stream.write(json.dumps(record, ensure_ascii=False))
+        stream.write("\n")
+        count += 1
+    return count
+
+
+def _dataset(engine: Any, query: Query, stream: IO[str], batch: int) -> int:
+    """Pages with content: a document's text stands for its Markdown; `digest` is the SHA-256 of
+    that Markdown, for a pipeline's exact dedup."""
+    content = func.coalesce(Page.markdown, Page.text)
+    stmt = _select(query, Page.url, Page.title, Page.lang, content, Page.fetched_at).where(
+        content.is_not(None)
+    )
+    count = 0
+    for url, title, lang, markdown, fetched_at in _rows(engine, stmt, batch):
+        digest = "sha256:" + hashlib.sha256(markdown.encode()).hexdigest()
+        record = dict(
+            zip(
+                DATASET_COLUMNS,
+                (url, title, lang, markdown, _plain("fetched_at", fetched_at), digest),
+                strict=True,
+            )
+        )
         stream.write(json.dumps(record, ensure_ascii=False))
         stream.write("\n")
         count += 1
@@ -348,4 +384,4 @@ def parse_since(text: str, flag: str = "--since") -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-__all__ = ["FORMATS", "VERSION_COLUMNS", "Query", "export", "parse_since"]
+__all__ = ["DATASET_COLUMNS", "FORMATS", "VERSION_COLUMNS", "Query", "export", "parse_since"]

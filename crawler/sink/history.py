@@ -37,6 +37,13 @@ class PageState:
     version: int | None
     changed_at: datetime | None
     next_fetch_at: datetime | None
+    # Its content, with `content:` on (docs/content.md); None where not made.
+    markdown: str | None
+    text: str | None
+    lang: str | None
+    simhash: str | None
+    near_duplicate_of: str | None
+    content_refused: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +76,12 @@ _PAGE = (
     Page.version,
     Page.changed_at,
     Page.next_fetch_at,
+    Page.markdown,
+    Page.text,
+    Page.lang,
+    Page.simhash,
+    Page.near_duplicate_of,
+    Page.content_refused,
 )
 _VERSION = (
     PageVersion.version,

@@ -52,6 +52,19 @@ class Selection:
 
 
 @dataclass(frozen=True, slots=True)
+class PageContent:
+    """A page's content columns (docs/content.md), as stored or as a reading made them; `simhash` in
+    the column's hex."""
+
+    markdown: str | None = None
+    text: str | None = None
+    lang: str | None = None
+    simhash: str | None = None
+    content_refused: str | None = None
+    near_duplicate_of: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     """A stored page to read again: what its row says, and where its answer is."""
 
@@ -66,11 +79,13 @@ class Target:
     error: str | None
     signature: str | None
     archived: Archived
+    content: PageContent = PageContent()
 
 
 @dataclass(frozen=True, slots=True)
 class Reread:
-    """A page's row as its new reading has it; `history`: its domain keeps versions."""
+    """A page's row as its new reading has it; `history`: its domain keeps versions; `content`: its
+    content columns (None: left as they are)."""
 
     target: Target
     title: str | None
@@ -78,6 +93,7 @@ class Reread:
     error: str | None
     signature: str | None
     history: bool
+    content: PageContent | None = None
 
 
 @dataclass(slots=True)
@@ -97,7 +113,9 @@ _TARGET = (
     *(Page.id, Page.url, Page.domain, Page.depth, Page.crawl_id, Page.final_url),
     *(Page.title, Page.data, Page.error, Page.signature),
     *(Page.warc_file, Page.warc_offset, Page.warc_length, Page.warc_digest, Page.warc_date),
+    *(Page.markdown, Page.text, Page.lang, Page.simhash, Page.content_refused, Page.near_duplicate_of),
 )
+CONTENT_FIELDS = ("markdown", "text", "lang", "simhash", "content_refused", "near_duplicate_of")
 
 
 class ReparseStore:
@@ -140,11 +158,25 @@ class ReparseStore:
         def read(conn: Connection) -> list[Target]:
             out = []
             for row in conn.execute(stmt):
-                (id_, url, domain, depth, crawl, final_url, title, data, error, signature, *warc) = tuple(row)
-                file, offset, length, digest, date = warc
+                (id_, url, domain, depth, crawl, final_url, title, data, error, signature, *rest) = tuple(row)
+                file, offset, length, digest, date = rest[:5]
                 archived = Archived(file, offset, length, digest or "", date or "")
+                content = PageContent(*rest[5:])
                 out.append(
-                    Target(id_, url, domain, depth, crawl, final_url, title, data, error, signature, archived)
+                    Target(
+                        id_,
+                        url,
+                        domain,
+                        depth,
+                        crawl,
+                        final_url,
+                        title,
+                        data,
+                        error,
+                        signature,
+                        archived,
+                        content,
+                    )
                 )
             return out
 
@@ -210,6 +242,14 @@ class ReparseStore:
             .values(signature=bindparam("signature"))
         )
         conn.execute(stmt, list(rows.values()))
+        contents = [
+            {"b_id": r.target.id, **{name: clean_text(getattr(r.content, name)) for name in CONTENT_FIELDS}}
+            for r in rereads
+            if r.content is not None
+        ]
+        if contents:
+            values: dict[str, Any] = {name: bindparam(name) for name in CONTENT_FIELDS}
+            conn.execute(update(Page).where(Page.id == bindparam("b_id")).values(**values), contents)
         if planned:
             numbers = [{"b_id": rows[url]["b_id"], "version": p.number} for url, p in planned.items()]
             conn.execute(

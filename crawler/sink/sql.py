@@ -27,7 +27,9 @@ from crawler.sink.tables import (
     CONTENT_TYPE_LENGTH,
     ETAG_LENGTH,
     EXIT_ID_LENGTH,
+    LANG_LENGTH,
     LAST_MODIFIED_LENGTH,
+    REFUSAL_LENGTH,
     Page,
 )
 from crawler.sink.versions import Version
@@ -77,6 +79,13 @@ class PageRecord:
     keep: frozenset[str] = frozenset()
     history: bool = False  # its domain keeps versions (crawler/sink/versions.py)
     archived: Archived | None = None  # where its answer's records are in the WARC archive
+    # Its content (docs/content.md), with `content:` on: None where not made.
+    markdown: str | None = None
+    text: str | None = None
+    lang: str | None = None
+    simhash: int | None = None
+    near_duplicate_of: str | None = None
+    content_refused: str | None = None  # a Refusal code: why its body was not made into content
 
     def __post_init__(self) -> None:
         # SQLite drops the offset when storing, so a naive or non-UTC time would be stored wrong.
@@ -198,6 +207,27 @@ def _record_row(record: PageRecord) -> dict[str, Any]:
         "gone": record.gone,
         "version": None,
         **archive_columns(record.archived),
+        **content_columns(record),
+    }
+
+
+CONTENT_COLUMNS = frozenset({"markdown", "text", "lang", "simhash", "near_duplicate_of", "content_refused"})
+
+
+def simhash_hex(simhash: int | None) -> str | None:
+    """How `pages.simhash` holds a simhash: 16 hex digits."""
+    return None if simhash is None else f"{simhash:016x}"
+
+
+def content_columns(record: PageRecord) -> dict[str, Any]:
+    """The `pages` columns of a row's content."""
+    return {
+        "markdown": clean_text(record.markdown),
+        "text": clean_text(record.text),
+        "lang": clean_text(record.lang, LANG_LENGTH),
+        "simhash": simhash_hex(record.simhash),
+        "near_duplicate_of": clean_text(record.near_duplicate_of),
+        "content_refused": clean_text(record.content_refused, REFUSAL_LENGTH),
     }
 
 

@@ -21,14 +21,16 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
-    text,
 )
+from sqlalchemy import text as sql_text  # `text` is also a column of `pages`
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 CONTENT_TYPE_LENGTH = 255
 EXIT_ID_LENGTH = 64
 ETAG_LENGTH = 512
 LAST_MODIFIED_LENGTH = 64
+LANG_LENGTH = 16
+REFUSAL_LENGTH = 32
 ID = BigInteger().with_variant(Integer, "sqlite")
 
 
@@ -83,6 +85,16 @@ class Page(Base):
     warc_length: Mapped[int | None] = mapped_column(Integer)
     warc_digest: Mapped[str | None] = mapped_column(String(64))
     warc_date: Mapped[str | None] = mapped_column(String(32))
+    # Its content, with `content:` on (crawler/content/, docs/content.md): main content as Markdown
+    # and plain text (a document's text), its language, the simhash of its text (16 hex digits: 64
+    # unsigned bits fit no SQL integer), the page stored first within the near-duplicate distance,
+    # and why its body was not made into content (a Refusal code).
+    markdown: Mapped[str | None] = mapped_column(Text)
+    text: Mapped[str | None] = mapped_column(Text)
+    lang: Mapped[str | None] = mapped_column(String(LANG_LENGTH))
+    simhash: Mapped[str | None] = mapped_column(String(16))
+    near_duplicate_of: Mapped[str | None] = mapped_column(Text)
+    content_refused: Mapped[str | None] = mapped_column(String(REFUSAL_LENGTH))
 
     __table_args__ = (
         # Only scheduled rows: a domain's due query reads the index alone, in order (migration 0005).
@@ -90,8 +102,8 @@ class Page(Base):
             "ix_pages_domain_next_fetch_at",
             "domain",
             "next_fetch_at",
-            postgresql_where=text("next_fetch_at IS NOT NULL"),
-            sqlite_where=text("next_fetch_at IS NOT NULL"),
+            postgresql_where=sql_text("next_fetch_at IS NOT NULL"),
+            sqlite_where=sql_text("next_fetch_at IS NOT NULL"),
         ),
     )
 

@@ -278,7 +278,7 @@ class Consumer:
         share = max(1, self.tuning.max_prefetched // max(1, len(self.domains)))
         rules, config = self.live.rules(domain), self.config
         # Held deliveries are served one rate token at a time: the last one waits prefetch / rate.
-        in_time = int(rules.rate * (config.delivery_timeout - config.delivery_margin - rules.timeout))
+        in_time = int(rules.rate * (config.delivery_timeout - config.delivery_margin - rules.visit_seconds))
         return max(1, min(self.prefetch or rules.prefetch, share, in_time))
 
     async def _unsubscribe(self) -> None:

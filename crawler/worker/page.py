@@ -27,6 +27,7 @@ from crawler.parse.signature import signature_of
 from crawler.sink.sql import PageRecord
 from crawler.worker.archiving import Archiving
 from crawler.worker.backoffs import KeptBackoffs
+from crawler.worker.content import Contents
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,9 @@ class Visitor:
         max_retry_after: float,
         archiving: Archiving | None = None,
         backoffs: KeptBackoffs | None = None,
+        contents: Contents | None = None,
     ) -> None:
+        self._contents = contents  # None: no domain has `content:` on (or tests)
         self._archiving = archiving  # None: nothing is archived (tests)
         self._backoffs = backoffs  # None: back-offs live in Redis only (tests)
         self._rules_of = rules_of  # the live rules: domains.yaml may be edited while a visit waits
@@ -199,7 +202,9 @@ class Visitor:
             return Outcome(record, rate_wait=waited, late=True)
         asked = conditional(refresh)
         try:
-            response = await self._fetcher.fetch(url, rules, headers=asked)
+            # With content on, a document's body is read too (the fetcher leaves others' unread).
+            reads = self._contents is not None and rules.content is not None
+            response = await self._fetcher.fetch(url, rules, html_only=not reads, headers=asked)
         except BackendHalt:
             raise
         except FetchError as exc:
@@ -248,6 +253,16 @@ class Visitor:
             content_type=response.content_type,
             error=status_failure.error if status_failure else None,
         )
+        if (
+            status_failure is None
+            and self._contents is not None
+            and self._contents.reads(rules, record.content_type, response.final_url)
+        ):
+            # Signed by its headers: a refresh that finds them unchanged keeps what was read before.
+            if refresh is not None and refresh.unchanged(seen.signature):
+                return Outcome(record, (), None, waited, fetched, seen=seen)
+            made = await self._contents.document(record, rules, response.body, response.final_url)
+            return Outcome(made.record, (), None, waited, fetched, seen=seen)
         if status_failure is not None or not response.is_html:
             return Outcome(record, (), status_failure, waited, fetched, seen=seen)
         read = await read_page(
@@ -266,9 +281,14 @@ class Visitor:
         if read.error is not None:
             failure = Failure("permanent", read.error, response.status_code)
             return Outcome(record, read.links, failure, waited, fetched, extraction_failures=read.blamed)
-        return Outcome(
-            record, read.links, None, waited, fetched, seen=replace(seen, signature=read.signature)
-        )
+        links: Sequence[str] = read.links
+        # A refresh that finds the stored content keeps its content columns: no need to make them.
+        unchanged = refresh is not None and refresh.unchanged(read.signature)
+        if self._contents is not None and rules.content is not None and not unchanged:
+            made = await self._contents.page(record, rules, response.body, response.final_url)
+            # A near-duplicate's links are not followed: its row's near_duplicate_of says why.
+            record, links = made.record, () if made.skip_links else links
+        return Outcome(record, links, None, waited, fetched, seen=replace(seen, signature=read.signature))
 
     def _redirected(
         self,

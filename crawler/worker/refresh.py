@@ -17,7 +17,7 @@ from typing import Literal
 from crawler.config import Recrawl
 from crawler.frontier.message import Refresh
 from crawler.frontier.recrawl import GONE, Found, schedule
-from crawler.sink.sql import ARCHIVE_COLUMNS, PageRecord
+from crawler.sink.sql import ARCHIVE_COLUMNS, CONTENT_COLUMNS, PageRecord
 from crawler.worker.page import Outcome
 
 How = Literal["new", "changed", "not_modified", "same_signature", "gone", "failed"]
@@ -28,6 +28,7 @@ How = Literal["new", "changed", "not_modified", "same_signature", "gone", "faile
 CONTENT = (
     frozenset({"final_url", "content_type", "title", "data", "signature", "changed_at", "rendered"})
     | ARCHIVE_COLUMNS
+    | CONTENT_COLUMNS
 )
 # ... and, unchanged, its status too.
 UNCHANGED = CONTENT | {"status_code", "error"}
@@ -57,7 +58,7 @@ def settle(outcome: Outcome, refresh: Refresh | None, recrawl: Recrawl | None) -
         found, how, keep = "gone", "gone", CONTENT
     elif outcome.failure is not None:
         found, how, keep = "failed", "failed", CONTENT
-    elif seen.signature is not None and seen.signature == refresh.signature and refresh.gone == 0:
+    elif refresh.unchanged(seen.signature):
         found, how, keep = "unchanged", "same_signature", UNCHANGED
     else:
         found, how, keep = "changed", "changed", frozenset()

@@ -24,7 +24,10 @@ class Tuning:
     # by default), and a robust connection restores its channels one by one after a reconnect: each
     # connection carries at most this many domain channels, more domains get more connections.
     channels_per_connection: int = 256
-    channels_kept_free: int = 8  # under channel_max, for the probes and the queue sampler
+    channels_kept_free: int = 8
+    # Processes of the content pool (main content, documents), started only when a domain has
+    # `content:` on: its CPU work is what they add, so one a core spare beside the worker's own.
+    content_processes: int = 2  # under channel_max, for the probes and the queue sampler
 
 
 DEFAULT_TUNING = Tuning()

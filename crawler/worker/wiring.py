@@ -42,6 +42,7 @@ from crawler.worker.admission import Admission
 from crawler.worker.archiving import Archiving, ArchivingFetcher, archive_for
 from crawler.worker.backoffs import KeptBackoffs
 from crawler.worker.consumer import Consumer, Parts
+from crawler.worker.content import Contents, contents
 from crawler.worker.cost import Cost
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import Visitor
@@ -121,10 +122,12 @@ def parts(
     backend: str = "gateway",
     database_url: str | None = None,
     archive: Archive | None = None,
+    content: Contents | None = None,
 ) -> Parts:
     """A consumer's parts, each made once: the live configuration, the page visit, dedup, quota, cost
     and writes; with `database_url`, what sitemap tasks read and write in the sink; with `archive`,
-    where the answers of domains with `archive: true` are written."""
+    where the answers of domains with `archive: true` are written; with `content`, what makes the
+    content of domains with `content:` on."""
     live = LiveConfig(config)
     archiving = None
     if archive is not None:
@@ -139,7 +142,7 @@ def parts(
     # Pauses and back-offs kept where a Redis loss cannot reach them.
     domain_state = DomainStore(database_url) if database_url else None
     backoffs = KeptBackoffs(domain_state) if domain_state else None
-    visit = visitor(live, f.redis, names, fetcher, archiving, backoffs)
+    visit = visitor(live, f.redis, names, fetcher, archiving, backoffs, content)
     admission = Admission(f.redis, names, visit.limiter, visit.robots, live.rules)
     return Parts(
         live,
@@ -166,10 +169,12 @@ def visitor(
     fetcher: Fetcher,
     archiving: Archiving | None = None,
     backoffs: KeptBackoffs | None = None,
+    content: Contents | None = None,
 ) -> Visitor:
     """One page's visit: robots.txt and the rate limiter shared through Redis, over `fetcher`; with
     `archiving`, the answers of domains with `archive: true` are archived; with `backoffs`, each
-    domain's back-off is kept in the database too, and a bucket Redis lost comes back with it."""
+    domain's back-off is kept in the database too, and a bucket Redis lost comes back with it; with
+    `content`, pages of domains with `content:` on get their content."""
     robots_fetcher = fetcher if archiving is None else ArchivingFetcher(fetcher, archiving)
     return Visitor(
         fetcher,
@@ -180,6 +185,7 @@ def visitor(
         live.config.max_retry_after,
         archiving,
         backoffs,
+        content,
     )
 
 
@@ -348,6 +354,9 @@ async def consume(
         archive = await stack.enter_async_context(archive_for(settings, config, monitoring.metrics))
         if any(rules.archive for rules in config.rules.values()):
             archive.check()  # before any page is taken: each would fail and be retried
+        content = await stack.enter_async_context(
+            contents(config, f.redis, settings.names, monitoring.metrics, tuning.content_processes)
+        )
         made = parts(
             f,
             settings.names,
@@ -358,6 +367,7 @@ async def consume(
             backend,
             settings.database_url,
             archive,
+            content,
         )
         for closing in (made.sitemap_store, made.schedule, made.domain_state):
             if closing is not None:

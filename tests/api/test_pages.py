@@ -43,6 +43,12 @@ def test_a_page_by_its_url_in_its_latest_state(api: Api) -> None:
         assert page["version"] == 3 and page["title"] == "a3 title" and page["status_code"] == 200
         assert page["data"] == {"price": 2.0, "stock": 3, "sku": "a3"}
         assert page["fetched_at"] == "2024-05-03T08:00:00Z" and page["crawl"] is None
+        assert (page["text"], page["lang"], page["markdown"], page["near_duplicate_of"]) == (
+            "a3 text",
+            "en",
+            None,
+            None,
+        )
         # Canonicalised as the crawler stores it: the same page.
         again = client.get("/v1/pages", params={"url": "HTTPS://Shop.TEST:443/p/1#reviews"}).json()
         assert again == page

@@ -16,9 +16,11 @@ import sqlalchemy as sa
 import yaml
 from redis.asyncio import Redis
 
+from bench import documents as files
 from crawler import cli
 from crawler.archive import Archive, Exchange
 from crawler.config import load_config
+from crawler.dedup.near import NearIndexes
 from crawler.frontier.crawls import CrawlState
 from crawler.reparse.run import Progress, Reparser
 from crawler.service import Control, NewCrawl
@@ -395,3 +397,52 @@ async def test_only_what_the_crawl_extracted_is_read_again_a_rendered_page_from_
         "/dom": {"heading": "DOM only"},
         "http://e.test/": None,
     }
+
+
+@pytest.mark.timeout(120)
+async def test_reparse_with_content_on_fills_the_content_of_an_archived_crawl(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str, redis: Redis
+) -> None:
+    # No site serves these hosts: the archive is all there is.
+    host = "c.test"
+    path = configure(tmp_path / "d.yaml", host, "127.0.0.35")
+    settings = settings_for(amqp_url, prefix, sqlite_url, path)
+    article = (Path(__file__).parent.parent / "content" / "pages" / "article.html").read_bytes()
+    german = (
+        "<html><body><article><h1>Menschenrechte</h1>"
+        + "<p>Alle Menschen sind frei und gleich an Würde und Rechten geboren. Sie sind mit Vernunft und "
+        "Gewissen begabt und sollen einander im Geist der Brüderlichkeit begegnen.</p>"
+        * 3
+        + "</article></body></html>"
+    ).encode()
+    now = datetime.now(UTC)
+    pdf = files.pdf(["Annual report.", "Revenue grew."], title="Report 2024")
+    exchanges = [
+        (f"http://{host}/article", HTML, article),
+        (f"http://{host}/copy", HTML, article.replace(b"The Kettle Gazette", b"Kettle Mirror")),
+        (f"http://{host}/de", HTML, german),
+        (f"http://{host}/report.pdf", "application/pdf", pdf),
+        (f"http://{host}/locked.pdf", "application/pdf", files.encrypted_pdf("secret")),
+    ]
+    await answers(
+        settings, [(Exchange(u, 200, [("Content-Type", t)], b, [], now), None) for u, t, b in exchanges]
+    )
+    configure(path, host, "127.0.0.35", content={"formats": ["markdown", "text"]})
+    store = ReparseStore(sqlite_url)
+    try:
+        near = NearIndexes(redis, settings.names)
+        progress = await Reparser(
+            load_config(path), store, settings.archive_dir, Selection(), workers=1, links=None, near=near
+        ).run(asyncio.Event(), lambda _: None)
+    finally:
+        store.close()
+    assert (progress.done, progress.changed) == (5, 5)
+    found = {r.url.rsplit("/", 1)[1]: r for r in query(sqlite_url, "SELECT * FROM pages")}
+    assert "# How to brew better coffee at home" in found["article"].markdown.splitlines()
+    assert "Accept all cookies" not in found["article"].text and found["article"].lang == "en"
+    assert len(found["article"].simhash) == 16 and found["article"].near_duplicate_of is None
+    assert found["copy"].near_duplicate_of == f"http://{host}/article"  # claimed in page order
+    assert found["de"].lang == "de"
+    report = found["report.pdf"]
+    assert (report.text, report.title, report.lang) == ("Annual report.\nRevenue grew.", "Report 2024", "en")
+    assert found["locked.pdf"].content_refused == "encrypted"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import sqlite3
@@ -36,6 +37,9 @@ def records() -> list[PageRecord]:
             title="Lamp",
             data={"name": "Lamp", "price": 1299.0, "stock": 3, "tags": ["a", "b"], "title": "T"},
             fetched_at=T0,
+            markdown="# Lamp\n\nA **brass** lamp.",
+            text="Lamp\nA brass lamp.",
+            lang="en",
         ),
         PageRecord(
             url="https://shop.test/p/2",
@@ -84,6 +88,29 @@ def test_jsonl(filled: str, tmp_path: Path) -> None:
     assert lamp["data"]["price"] == 1299.0 and lamp["data"]["tags"] == ["a", "b"]
     assert lamp["fetched_at"] == "2024-05-01T08:00:00+00:00"
     assert lamp["error"] is None and lamp["status_code"] == 200
+    assert (lamp["markdown"], lamp["text"], lamp["lang"]) == (
+        "# Lamp\n\nA **brass** lamp.",
+        "Lamp\nA brass lamp.",
+        "en",
+    )
+
+
+def test_dataset_is_one_record_per_page_with_content(filled: str, tmp_path: Path) -> None:
+    out = tmp_path / "corpus.jsonl"
+    assert export(filled, "jsonl", out, Query(dataset=True)) == 1  # the others have no content
+    [record] = [json.loads(line) for line in out.read_text().splitlines()]
+    markdown = "# Lamp\n\nA **brass** lamp."
+    assert record == {
+        "url": "https://shop.test/p/1",
+        "title": "Lamp",
+        "lang": "en",
+        "markdown": markdown,
+        "fetched_at": "2024-05-01T08:00:00+00:00",
+        "digest": "sha256:" + hashlib.sha256(markdown.encode()).hexdigest(),
+    }
+    for fmt, query in (("csv", Query(dataset=True)), ("jsonl", Query(dataset=True, history=True))):
+        with pytest.raises(ConfigError, match="--dataset"):
+            export(filled, fmt, out, query)
 
 
 def test_csv_has_a_column_per_field(filled: str, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from sqlalchemy import inspect, select, text
 
 import crawler
 from crawler.errors import ServiceUnavailable, SinkError
-from crawler.sink.sql import PageRecord, Sink, create_sink_engine, engine_url, migrate
+from crawler.sink.sql import CONTENT_COLUMNS, PageRecord, Sink, create_sink_engine, engine_url, migrate
 from crawler.sink.tables import Base, Page
 
 
@@ -63,7 +63,7 @@ def test_migrate_creates_the_table_and_is_idempotent(database_url: str) -> None:
             assert [i["name"] for i in inspector.get_indexes("pages") if i["column_names"] == ["domain"]] == [
                 "ix_pages_domain"
             ]
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0010"]
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0012"]
             # The migration and the model describe the same schema.
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     finally:
@@ -93,6 +93,27 @@ async def test_storing_a_url_again_updates_its_row(sink: Sink, database_url: str
     assert row["title"] == "A"
     assert row["data"] == {"price": "3", "sku": None}
     assert row["fetched_at"] == when
+
+
+async def test_a_page_s_content_is_stored_and_kept_by_an_unchanged_refresh(
+    sink: Sink, database_url: str
+) -> None:
+    content = {
+        "markdown": "# Title\n\nBody \x00 [link](https://example.com/b)",
+        "text": "Title\nBody",
+        "lang": "en",
+        "simhash": (1 << 64) - 1,  # past a signed 64-bit integer: stored as hex
+        "near_duplicate_of": "https://mirror.example/a",
+    }
+    await sink.store(record("https://example.com/a", **content))
+    await sink.store(record("https://example.com/d.pdf", content_refused="encrypted"))
+    a, pdf = rows(database_url)
+    assert a["markdown"] == "# Title\n\nBody \ufffd [link](https://example.com/b)"  # no NUL
+    assert (a["text"], a["lang"], a["simhash"]) == ("Title\nBody", "en", "f" * 16)
+    assert (a["near_duplicate_of"], a["content_refused"]) == ("https://mirror.example/a", None)
+    assert pdf["content_refused"] == "encrypted" and pdf["text"] is None
+    await sink.store(record("https://example.com/a", keep=CONTENT_COLUMNS))
+    assert rows(database_url)[0]["markdown"] == a["markdown"]
 
 
 async def test_duplicate_urls_in_one_batch_keep_the_last(sink: Sink, database_url: str) -> None:

@@ -29,6 +29,8 @@ def answer(url: str, at: datetime, signature: str, status: int = 200, crawl: str
         fetched_at=at,
         crawl=crawl,
         history=True,
+        text=None if gone else f"{signature} text",
+        lang=None if gone else "en",
     )
 
 

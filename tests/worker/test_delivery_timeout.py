@@ -64,6 +64,12 @@ def test_a_fetch_deadline_that_cannot_fit_the_delivery_timeout_is_refused_at_loa
     with pytest.raises(ConfigError, match=r"domains.a.test: timeout 55s .* raise consumer_timeout"):
         parse_config(text)
     assert parse_config("delivery_timeout: 60\ndomains: {a.test: {timeout: 50}}\n").delivery_margin == 6
+    # A domain with content on keeps room for its content job too.
+    text = "delivery_timeout: 60\ndomains: {a.test: {timeout: 25, content: on}}\n"
+    with pytest.raises(ConfigError, match=r"timeout 25s and its content.s 30s does not fit"):
+        parse_config(text)
+    config = parse_config("delivery_timeout: 100\ndomains: {a.test: {timeout: 20, content: on}}\n")
+    assert config.start_by(0.0, config.rules["a.test"]) == 100 - 10 - 20 - 30
 
 
 @pytest.mark.timeout(180)

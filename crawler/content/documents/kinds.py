@@ -69,9 +69,11 @@ def media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
 
-def is_document(content_type: str | None) -> bool:
-    """True if a response of this Content-Type is for read_document (a PDF or an office file)."""
-    return media_type(content_type) in MEDIA_TYPES
+def is_document(content_type: str | None, url: str | None = None) -> bool:
+    """True if a response of this Content-Type is for read_document (a PDF or an office file); with
+    `url`, also one of a generic type (application/octet-stream) whose URL ends in a document's
+    extension."""
+    return declared(content_type, url) is not None
 
 
 def sniff(body: bytes) -> Kind | None:
