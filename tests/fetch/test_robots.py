@@ -4,6 +4,7 @@ and the fetch lock only its holder can release."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from crawler.fetch.robots import Robots
 from crawler.names import Names
 from crawler.worker.wiring import make_fetcher
 from demo.site import Reply, Site, free_port, page, serve
+from tests.support.services import run, settings_for
 from tests.support.sites import IPS, write_config
 from tests.support.wait import until
 
@@ -152,3 +154,30 @@ async def test_waiters_take_over_from_a_holder_that_died(redis: Redis, prefix: s
     verdicts = await asyncio.gather(_check(robots, "/private"), _check(robots, "/public"))
     assert list(verdicts) == [False, True]
     assert gate.fetches == 1  # the second waiter read what the first fetched
+
+
+@pytest.mark.timeout(120)
+def test_pages_robots_txt_disallows_are_skipped_in_every_view(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    routes = {
+        "/robots.txt": Reply(200, ROBOTS.replace(b"Crawl-delay: 2\n", b""), {"Content-Type": "text/plain"}),
+        "/": page("home", ["/private/a", "/private/b", "/open"]),
+        "/open": page("open", []),
+    }
+    site = Site("a.test", IPS["a.test"], free_port(IPS["a.test"]), routes)  # type: ignore[arg-type]
+    settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", [site]))
+    with serve(site):
+        result = run("crawler", ["crawl", site.url()], settings)
+    assert result.returncode == 0, result.stderr
+    head, row = result.stdout.splitlines()[:2]
+    summary = dict(zip(head.split()[1:], map(int, row.split()[1:]), strict=True))
+    assert (summary["ok"], summary["failed"], summary["skipped"]) == (2, 0, 2)
+    status = json.loads(run("crawler", ["status", "--json"], settings).stdout)
+    assert [(d["pages_ok"], d["pages_failed"]) for d in status["domains"]] == [(2, 0)]
+    crawls = [
+        json.loads(line)
+        for line in run("crawler", ["crawls", "list", "--json"], settings).stdout.splitlines()
+    ]
+    counts = crawls[0]["counts"]["a.test"]
+    assert (counts["ok"], counts["failed"], counts["skipped"]) == (2, 0, 2)
