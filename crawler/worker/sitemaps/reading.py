@@ -142,6 +142,10 @@ class SitemapReading:
         crawl_delay = None
         if rules.obey_robots:
             verdict = await self._visitor.robots.check(url, rules, self._visitor.hop)
+            if verdict.refused is not None:
+                await self._keep(domain, url, task, "failed", note=verdict.refused)
+                done.failure = Failure("permanent", verdict.refused)
+                return
             if verdict.unavailable is not None:
                 done.failure = Failure("transient", verdict.unavailable)
                 return
