@@ -15,6 +15,7 @@ import yaml
 from redis.asyncio import Redis
 
 from crawler.config import CrawlConfig, Rules, load_config
+from crawler.fetch.api import ApiEndpoint, ApiFetcher
 from crawler.fetch.fetcher import BoundedFetcher, Headers, Response
 from crawler.fetch.robots import Robots
 from crawler.names import ROBOTS_ERROR_TTL, ROBOTS_TTL, Names
@@ -121,6 +122,23 @@ async def test_a_robots_txt_fetch_the_guard_refused_is_no_verdict_and_is_asked_a
     assert not (await fixed.check(site.url("/private/x"), rules, anywhere)).allowed
     assert (await fixed.check(site.url("/open"), rules, anywhere)).allowed
     assert site.hits("/robots.txt") == 1 and await redis.ttl(key) > ROBOTS_ERROR_TTL
+
+
+async def test_a_fetch_service_that_cannot_be_reached_gives_no_verdict(
+    tmp_path: Path, site: Site, redis: Redis, prefix: str
+) -> None:
+    config = load_config(write_config(tmp_path / "d.yaml", [site], fetch="api"))
+    down = ApiFetcher(config, ApiEndpoint(f"http://127.0.0.47:{free_port('127.0.0.47')}/fetch", "k"))
+    try:
+        checking = Robots(redis, Names(prefix), down, "crawler-test/1.0")
+        verdict = await checking.check(site.url("/"), config.rules_for("a.test"), anywhere)
+    finally:
+        await down.aclose()
+    assert not verdict.allowed and verdict.unavailable is not None and "fetch service" in verdict.unavailable
+    assert (
+        await redis.exists(Names(prefix).robots_key(f"http://a.test:{site.port}")) == 0
+    )  # asked again next time
+    assert checking.cached(site.url("/")) is None
 
 
 async def test_only_the_first_500_kib_of_a_robots_txt_are_parsed(
