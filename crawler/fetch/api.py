@@ -15,7 +15,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -47,6 +47,7 @@ from crawler.fetch.fetcher import (
     body_pieces,
     read_body,
     request_headers,
+    slices,
     streamed,
 )
 
@@ -187,7 +188,7 @@ class ApiFetcher:
         spec = rules.fetch_for(url)
         if self._profile != "envelope" or spec.render_js:
             response = await self.fetch(url, rules, html_only=False, headers=headers)
-            yield Streamed(response.url, response.status_code, response.headers, _slices(response.body))
+            yield Streamed(response.url, response.status_code, response.headers, slices(response.body))
             return
         deadline = rules.timeout + ANSWER_MARGIN
         try:
@@ -444,11 +445,6 @@ def _from_envelope(url: str, answer: dict[str, Any], rules: Rules) -> Response:
         answer.get("rendered") is True,
         _document(answer.get("document")),
     )
-
-
-async def _slices(body: bytes, size: int = 64 * 1024) -> AsyncGenerator[bytes, None]:
-    for at in range(0, len(body), size):
-        yield body[at : at + size]
 
 
 def _document(value: Any) -> bytes | None:

@@ -152,10 +152,11 @@ async def streamed(
             yield answer
         return
     response = await fetcher.fetch(url, rules, html_only=False, headers=headers)
-    yield Streamed(response.url, response.status_code, response.headers, _slices(response.body))
+    yield Streamed(response.url, response.status_code, response.headers, slices(response.body))
 
 
-async def _slices(body: bytes, size: int = 64 * 1024) -> AsyncGenerator[bytes, None]:
+async def slices(body: bytes, size: int = 64 * 1024) -> AsyncGenerator[bytes, None]:
+    """A body held whole, as the pieces of a stream."""
     for at in range(0, len(body), size):
         yield body[at : at + size]
 

@@ -251,7 +251,9 @@ def test_a_crawl_whose_robots_txt_was_refused_leaves_nothing_and_the_next_crawl_
 ) -> None:
     host, ip = "a.test", IPS["a.test"]
     port = free_port(ip)
-    robots_txt = f"User-agent: *\nDisallow: /private\nSitemap: http://{host}:{port}/s.xml\n"
+    # 1.2 MB, read up to its first 500 KiB by the crawl's own fetcher (RFC 9309 2.5), not refused.
+    padding = ("# " + "x" * 1000 + "\n") * 1200
+    robots_txt = f"User-agent: *\nDisallow: /private\nSitemap: http://{host}:{port}/s.xml\n{padding}"
     listed = f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>http://{host}:{port}/only</loc></url></urlset>'
     routes = {
         "/robots.txt": Reply(200, robots_txt.encode(), {"Content-Type": "text/plain"}),
