@@ -33,19 +33,19 @@ MAX_ROBOTS_BYTES = 500 * 1024  # RFC 9309 2.5: the first 500 KiB are parsed, the
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """May a URL be fetched, how slowly; if robots.txt could not be had, why: `unavailable` for now
-    (try again later), or `refused` (the crawler will not fetch from that origin: its config)."""
+    (try again later), or `refused`: why the crawler will not fetch from that origin (its config)."""
 
     allowed: bool
     crawl_delay: float | None = None
     unavailable: str | None = None
-    refused: str | None = None
+    refused: FetchError | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class _Policy:
     parser: Protego | None  # None: allow all (no usable robots.txt)
     unavailable: str | None  # set: disallow everything for now (5xx, unreachable)
-    refused: str | None = None  # set: disallow everything, the fetch was refused (never cached)
+    refused: FetchError | None = None  # set: disallow everything, the fetch was refused (never cached)
 
 
 def origin_of(url: str) -> str:
@@ -82,7 +82,7 @@ class Robots:
         (transient) while robots.txt is unavailable."""
         policy = await self._policy(origin, rules, hop)
         if policy.refused is not None:
-            raise Refused(policy.refused)
+            raise Refused(f"robots.txt not fetched: {policy.refused}")
         if policy.unavailable is not None:
             raise FetchError(policy.unavailable)  # transient
         return list(policy.parser.sitemaps) if policy.parser is not None else []
@@ -121,9 +121,10 @@ class Robots:
         while (raw := await self._redis.get(key)) is None:
             if await lock.acquire():
                 try:
-                    raw, ttl = await self._fetch(origin, rules, hop)
-                    if ttl is None:  # no answer of the site's: no verdict, here or in Redis
-                        return _parse(raw)
+                    fetched = await self._fetch(origin, rules, hop)
+                    if isinstance(fetched, _Policy):  # no answer of the site's: no verdict, here or in Redis
+                        return fetched
+                    raw, ttl = fetched
                     await self._redis.set(key, raw, ex=ttl)
                 finally:
                     # Expired, and maybe taken by another worker: no longer ours to delete.
@@ -135,8 +136,9 @@ class Robots:
         self._local[origin] = (time.monotonic() + LOCAL_TTL, policy)
         return policy
 
-    async def _fetch(self, origin: str, rules: Rules, hop: Hop) -> tuple[bytes, int | None]:
-        """robots.txt's policy as cached, and for how long; None: not to be cached (no answer)."""
+    async def _fetch(self, origin: str, rules: Rules, hop: Hop) -> tuple[bytes, int] | _Policy:
+        """robots.txt's policy as cached, and for how long; or, when the site gave no answer, the
+        policy for this check alone (never cached)."""
         robots_rules = rules.model_copy(update={"max_body_bytes": MAX_ROBOTS_BYTES, "max_redirects": 5})
         try:
             # RFC 9309: follow at least five redirects; each hop is paced like any request.
@@ -146,11 +148,12 @@ class Robots:
         except BackendHalt:
             raise  # the fetch service refuses us: the domain halts, robots.txt is not to blame
         except FetchBackendError as exc:  # the fetch service failed, not the site: ask again next time
-            kind = "unavailable" if exc.transient else "refused"
-            return json.dumps({kind: f"robots.txt not fetched: {exc}"}).encode(), None
+            if exc.transient:
+                return _Policy(None, f"robots.txt not fetched: {exc}")
+            return _Policy(None, None, exc)
         except (Refused, NoSuchHost) as exc:
             if exc.status_code is None:  # refused before the site said anything (guard, scope, name)
-                return json.dumps({"refused": f"robots.txt not fetched: {exc}"}).encode(), None
+                return _Policy(None, None, exc)
             return json.dumps({"allow": True}).encode(), ROBOTS_TTL  # a redirect nowhere: unavailable
         except FetchError as exc:
             if exc.transient:  # unreachable (RFC 9309 2.3.1.4): disallow all for a while
@@ -173,8 +176,6 @@ def _parse(raw: bytes | str) -> _Policy:
         data = json.loads(raw)
     except ValueError:
         return _Policy(None, None)
-    if "refused" in data:
-        return _Policy(None, None, str(data["refused"]))
     if "unavailable" in data:
         return _Policy(None, str(data["unavailable"]))
     if "body" in data:

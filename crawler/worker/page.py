@@ -181,8 +181,8 @@ class Visitor:
         elif rules.obey_robots:
             verdict = await self._robots.check(url, rules, self.hop)
             if verdict.refused is not None:  # robots.txt could not be asked: nor can the page be
-                refused = Failure("permanent", verdict.refused)
-                return Outcome(replace(record, error=verdict.refused), (), refused)
+                refused = from_error(verdict.refused)
+                return Outcome(replace(record, error=refused.error, final_url=url), (), refused)
             if verdict.unavailable is not None:
                 return Outcome(
                     replace(record, error=verdict.unavailable), (), Failure("transient", verdict.unavailable)

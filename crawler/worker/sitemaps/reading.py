@@ -143,8 +143,8 @@ class SitemapReading:
         if rules.obey_robots:
             verdict = await self._visitor.robots.check(url, rules, self._visitor.hop)
             if verdict.refused is not None:
-                await self._keep(domain, url, task, "failed", note=verdict.refused)
-                done.failure = Failure("permanent", verdict.refused)
+                done.failure = from_error(verdict.refused)
+                await self._keep(domain, url, task, "failed", note=f"robots.txt: {done.failure.error}")
                 return
             if verdict.unavailable is not None:
                 done.failure = Failure("transient", verdict.unavailable)
