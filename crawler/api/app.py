@@ -77,6 +77,7 @@ class DomainCounts(BaseModel):
     failed: int
     retrying: int
     dead: int
+    skipped: int = 0  # not fetched by policy: robots.txt, max_pages, max_credits
     pending: int
 
 

@@ -39,7 +39,17 @@ from crawler.errors import (
     Refused,
     TooLarge,
 )
-from crawler.fetch.fetcher import Fetcher, Headers, Response, Streamed, read_body, request_headers, streamed
+from crawler.fetch.fetcher import (
+    Fetcher,
+    Headers,
+    Response,
+    Streamed,
+    body_pieces,
+    read_body,
+    request_headers,
+    slices,
+    streamed,
+)
 
 Profile = Literal["envelope", "scrapingbee"]
 ENV_URL = "CRAWLER_FETCH_API_URL"
@@ -50,6 +60,11 @@ ANSWER_MARGIN = 2.0
 ENVELOPE_OVERHEAD = 256 * 1024  # JSON, headers and base64 on top of max_body_bytes
 # The largest body crawler-gateway puts in an envelope (or renders): it holds those whole.
 ENVELOPE_MOST_BODY = 10_000_000
+# The largest body crawler-gateway passes on as it comes (its raw form, never held whole), and so the
+# most a worker asks it for when it streams a body (a sitemap): sitemaps.org's 50 MiB, and the read
+# past them that tells a longer file is cut. Both programs read it here (docs/gateway.md).
+STREAM_MOST_BODY = 52 * 1024 * 1024
+GATEWAY_ERROR = "Gateway-Error"  # the header marking crawler-gateway's own answers, and its failures
 BUSY_FIRST = 0.25  # seconds of back-off after the service's first 429; doubling up to BUSY_MOST
 BUSY_MOST = 30.0
 # An outage fails every page in flight: say so once, then at most this often, not once a page.
@@ -163,6 +178,72 @@ class ApiFetcher:
                 response.exit_id,
             )
         return response
+
+    @asynccontextmanager
+    async def stream(
+        self, url: str, rules: Rules, *, headers: Headers | None = None
+    ) -> AsyncIterator[Streamed]:
+        """`url`'s answer with its body as it comes: crawler-gateway passes it on (its raw form) within
+        STREAM_MOST_BODY; a paid API's, or a rendered page, is read whole first. `headers` are not sent."""
+        spec = rules.fetch_for(url)
+        if self._profile != "envelope" or spec.render_js:
+            response = await self.fetch(url, rules, html_only=False, headers=headers)
+            yield Streamed(response.url, response.status_code, response.headers, slices(response.body))
+            return
+        deadline = rules.timeout + ANSWER_MARGIN
+        try:
+            async with asyncio.timeout(deadline):
+                await self._not_busy()
+                async with self._raw(url, spec, rules) as answer:
+                    yield answer
+        except TimeoutError:
+            raise FetchTimeout(
+                f"no complete answer through the fetch service within {deadline:g}s", url=url
+            ) from None
+        except BackendUnavailable as exc:
+            exc.url = exc.url or url
+            raise self._trouble(exc) from None
+        except FetchError as exc:
+            exc.url = exc.url or url
+            raise
+        except (aiohttp.ClientError, OSError) as exc:
+            raise self._trouble(
+                BackendUnavailable(f"the fetch service's answer broke off ({_why(exc)})", url=url)
+            ) from None
+
+    @asynccontextmanager
+    async def _raw(self, url: str, spec: FetchSpec, rules: Rules) -> AsyncIterator[Streamed]:
+        """crawler-gateway's raw form of `url`'s answer: the target's own status, headers and body."""
+        limit = min(rules.max_body_bytes, STREAM_MOST_BODY)
+        params: dict[str, str] = {
+            "url": url,
+            "premium_proxy": _flag(spec.premium),
+            "follow_redirects": "false",
+            "html_only": "false",
+            "timeout": f"{rules.timeout:g}",
+            "max_body_bytes": str(limit),
+        }
+        if spec.country:
+            params["country_code"] = spec.country.upper()
+        if spec.session:
+            params["session"] = spec.session
+        asked = {"X-API-Key": self._endpoint.key, "User-Agent": self._user_agent}
+        target = f"{self._endpoint.url}?{urlencode(params)}"
+        async with self._session.get(target, headers=asked, allow_redirects=False) as resp:
+            kind = resp.headers.get(GATEWAY_ERROR)
+            if kind is not None:  # the gateway's own answer, or the target's failure it reports
+                message = _message(await resp.content.read(4096))
+                failed = _TARGET_ERRORS.get(kind)
+                if failed is not None:
+                    raise failed(f"{message} (through the fetch service)")
+                raise self._service_error(resp.status, message)
+            self._busy_strikes = 0
+            answered = httpx.Headers(
+                [(k, v) for k, v in resp.headers.items() if not k.lower().startswith("gateway-")]
+            )
+            encodings = resp.headers.getall("Content-Encoding", [])
+            pieces = body_pieces(resp.content.iter_any(), encodings, limit, resp.status)
+            yield Streamed(url, resp.status, answered, pieces)
 
     def _trouble(self, exc: BackendUnavailable) -> BackendUnavailable:
         """Log the service's failure (the first, then every REPORT_EVERY s); the page is retried."""

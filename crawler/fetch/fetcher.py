@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
@@ -152,10 +152,11 @@ async def streamed(
             yield answer
         return
     response = await fetcher.fetch(url, rules, html_only=False, headers=headers)
-    yield Streamed(response.url, response.status_code, response.headers, _slices(response.body))
+    yield Streamed(response.url, response.status_code, response.headers, slices(response.body))
 
 
-async def _slices(body: bytes, size: int = 64 * 1024) -> AsyncGenerator[bytes, None]:
+async def slices(body: bytes, size: int = 64 * 1024) -> AsyncGenerator[bytes, None]:
+    """A body held whole, as the pieces of a stream."""
     for at in range(0, len(body), size):
         yield body[at : at + size]
 
@@ -287,19 +288,27 @@ class HttpFetcher(BoundedFetcher):
         await self._client.aclose()
 
 
-async def follow(fetcher: Fetcher, url: str, rules: Rules, hop: Hop, *, html_only: bool = True) -> Response:
+async def follow(
+    fetcher: Fetcher, url: str, rules: Rules, hop: Hop, *, html_only: bool = True, head: bool = False
+) -> Response:
     """Fetch `url`, following up to `rules.max_redirects` redirects; `hop` clears every request first.
 
-    For what is not a page (robots.txt): a page's redirect is routed instead, like a link.
+    For what is not a page (robots.txt): a page's redirect is routed instead, like a link. With
+    `head`, a body past max_body_bytes is cut there rather than refused (a streaming fetcher's).
+    A hop refused after a redirect carries that redirect's status.
     """
     hops = [url]
+    status: int | None = None
     while True:
         current = hops[-1]
         try:
             await hop(current)
         except BadURL as exc:
-            raise Refused(f"redirect refused: {exc}", url=current) from None
-        response = await fetcher.fetch(current, rules, html_only=html_only)
+            raise Refused(f"redirect refused: {exc}", status_code=status, url=current) from None
+        if head:
+            response = await _head(fetcher, current, rules)
+        else:
+            response = await fetcher.fetch(current, rules, html_only=html_only)
         location = response.location
         if location is None:
             return replace(response, url=url)
@@ -317,6 +326,24 @@ async def follow(fetcher: Fetcher, url: str, rules: Rules, hop: Hop, *, html_onl
             hops.append(target)
             continue
         raise TooManyRedirects(why, status_code=status, url=current)
+
+
+async def _head(fetcher: Fetcher, url: str, rules: Rules) -> Response:
+    """`url`'s answer with the first max_body_bytes of its body; the rest is not read."""
+    most = rules.max_body_bytes
+    # Room for the piece that crosses `most`: the stream refuses it whole past its own limit.
+    wider = rules.model_copy(update={"max_body_bytes": 2 * most})
+    async with streamed(fetcher, url, wider) as answer:
+        body = bytearray()
+        try:
+            async with aclosing(answer.pieces) as pieces:
+                async for piece in pieces:
+                    body += piece
+                    if len(body) >= most:
+                        break
+        except TooLarge:
+            pass  # one piece past twice the limit: what came before it is kept
+        return Response(url, url, answer.status_code, answer.headers, bytes(body[:most]))
 
 
 async def read_body(raw: AsyncIterator[bytes], encodings: Sequence[str], limit: int, status: int) -> bytes:

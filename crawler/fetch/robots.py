@@ -1,4 +1,10 @@
-"""robots.txt (RFC 9309), fetched once per origin per TTL and shared by the fleet through Redis."""
+"""robots.txt (RFC 9309), fetched once per origin per TTL and shared by the fleet through Redis.
+
+Only the site's answers are verdicts, cached: a 2xx is read (its first 500 KiB), a 4xx allows all,
+a 5xx or an unreachable site (no connection, a timeout) disallows all for ROBOTS_ERROR_TTL. A fetch
+the crawler refused (the private-network guard) or could not make (the fetch service's own failure)
+is no answer: nothing is cached, and the next check asks again.
+"""
 
 from __future__ import annotations
 
@@ -16,27 +22,30 @@ from redis.asyncio.lock import Lock
 from redis.exceptions import LockError
 
 from crawler.config import Rules
-from crawler.errors import BackendHalt, FetchError
+from crawler.errors import BackendHalt, FetchBackendError, FetchError, NoSuchHost, Refused
 from crawler.fetch.fetcher import Fetcher, Hop, follow
 from crawler.names import ROBOTS_ERROR_TTL, ROBOTS_LOCK_TTL, ROBOTS_TTL, Names
 
 LOCAL_TTL = 30.0  # seconds a worker trusts its own parsed copy before asking Redis again
-MAX_ROBOTS_BYTES = 500 * 1024  # RFC 9309: parse at least the first 500 KiB
+MAX_ROBOTS_BYTES = 500 * 1024  # RFC 9309 2.5: the first 500 KiB are parsed, the rest ignored
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """May a URL be fetched, how slowly, and if robots.txt could not be had, why."""
+    """May a URL be fetched, how slowly; if robots.txt could not be had, why: `unavailable` for now
+    (try again later), or `refused`: why the crawler will not fetch from that origin (its config)."""
 
     allowed: bool
     crawl_delay: float | None = None
     unavailable: str | None = None
+    refused: FetchError | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class _Policy:
     parser: Protego | None  # None: allow all (no usable robots.txt)
     unavailable: str | None  # set: disallow everything for now (5xx, unreachable)
+    refused: FetchError | None = None  # set: disallow everything, the fetch was refused (never cached)
 
 
 def origin_of(url: str) -> str:
@@ -72,6 +81,8 @@ class Robots:
         """The sitemaps an origin's robots.txt names (its `Sitemap:` lines), as written; FetchError
         (transient) while robots.txt is unavailable."""
         policy = await self._policy(origin, rules, hop)
+        if policy.refused is not None:
+            raise Refused(f"robots.txt not fetched: {policy.refused}")
         if policy.unavailable is not None:
             raise FetchError(policy.unavailable)  # transient
         return list(policy.parser.sitemaps) if policy.parser is not None else []
@@ -84,6 +95,8 @@ class Robots:
         return self._verdict(url, cached[1])
 
     def _verdict(self, url: str, policy: _Policy) -> Verdict:
+        if policy.refused is not None:
+            return Verdict(False, refused=policy.refused)
         if policy.unavailable is not None:
             return Verdict(False, unavailable=policy.unavailable)
         if policy.parser is None:
@@ -108,7 +121,10 @@ class Robots:
         while (raw := await self._redis.get(key)) is None:
             if await lock.acquire():
                 try:
-                    raw, ttl = await self._fetch(origin, rules, hop)
+                    fetched = await self._fetch(origin, rules, hop)
+                    if isinstance(fetched, _Policy):  # no answer of the site's: no verdict, here or in Redis
+                        return fetched
+                    raw, ttl = fetched
                     await self._redis.set(key, raw, ex=ttl)
                 finally:
                     # Expired, and maybe taken by another worker: no longer ours to delete.
@@ -120,19 +136,32 @@ class Robots:
         self._local[origin] = (time.monotonic() + LOCAL_TTL, policy)
         return policy
 
-    async def _fetch(self, origin: str, rules: Rules, hop: Hop) -> tuple[bytes, int]:
+    async def _fetch(self, origin: str, rules: Rules, hop: Hop) -> tuple[bytes, int] | _Policy:
+        """robots.txt's policy as cached, and for how long; or, when the site gave no answer, the
+        policy for this check alone (never cached)."""
         robots_rules = rules.model_copy(update={"max_body_bytes": MAX_ROBOTS_BYTES, "max_redirects": 5})
         try:
             # RFC 9309: follow at least five redirects; each hop is paced like any request.
-            response = await follow(self._fetcher, f"{origin}/robots.txt", robots_rules, hop, html_only=False)
+            response = await follow(
+                self._fetcher, f"{origin}/robots.txt", robots_rules, hop, html_only=False, head=True
+            )
         except BackendHalt:
             raise  # the fetch service refuses us: the domain halts, robots.txt is not to blame
-        except FetchError as exc:
+        except FetchBackendError as exc:  # the fetch service failed, not the site: ask again next time
             if exc.transient:
+                return _Policy(None, f"robots.txt not fetched: {exc}")
+            return _Policy(None, None, exc)
+        except (Refused, NoSuchHost) as exc:
+            if exc.status_code is None:  # refused before the site said anything (guard, scope, name)
+                return _Policy(None, None, exc)
+            return json.dumps({"allow": True}).encode(), ROBOTS_TTL  # a redirect nowhere: unavailable
+        except FetchError as exc:
+            if exc.transient:  # unreachable (RFC 9309 2.3.1.4): disallow all for a while
                 return json.dumps(
                     {"unavailable": f"robots.txt unavailable: {exc}"}
                 ).encode(), ROBOTS_ERROR_TTL
-            return json.dumps({"allow": True}).encode(), ROBOTS_TTL  # nothing usable: allow all
+            # An answer that cannot be used (too many redirects, a corrupt encoding): allow all.
+            return json.dumps({"allow": True}).encode(), ROBOTS_TTL
         if response.status_code >= 500:
             reason = f"robots.txt unavailable: HTTP {response.status_code}"
             return json.dumps({"unavailable": reason}).encode(), ROBOTS_ERROR_TTL

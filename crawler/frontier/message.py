@@ -107,6 +107,12 @@ class SitemapTask:
     find: bool = False
     counted: bool = True
 
+    @property
+    def whole(self) -> bool:
+        """Whether its file is read whole, however unchanged: a crawl's seeds began its round, and a new
+        crawl needs every URL it lists; a recrawl's round asks conditionally, for what changed."""
+        return self.counted
+
     def encode(self) -> dict[str, Any]:
         """The task as the message's "sitemap" object."""
         out: dict[str, Any] = {"round": self.round, "depth": self.depth}

@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from crawler.fetch.api import ENVELOPE_MOST_BODY
+from crawler.fetch.api import ENVELOPE_MOST_BODY, STREAM_MOST_BODY
 from crawler.gateway.render import RenderAsk, render_options
 
 DEFAULT_TIMEOUT = 10.0
 MOST_TIMEOUT = 120.0
 DEFAULT_BODY = 5_000_000
-MOST_BODY = 50_000_000  # a raw answer's: passed on as it comes, never held whole
+MOST_BODY = STREAM_MOST_BODY  # a raw answer's: passed on as it comes, never held whole
 MOST_WHOLE_BODY = ENVELOPE_MOST_BODY  # an envelope's or a render's: held whole while answered
 
 

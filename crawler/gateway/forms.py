@@ -16,6 +16,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from crawler.errors import FetchError
+from crawler.fetch.api import GATEWAY_ERROR
 from crawler.gateway.answer import Failed, Outcome, Page, Refusal, Rest
 
 log = logging.getLogger("crawler.gateway")
@@ -29,7 +30,7 @@ EXIT = "Gateway-Exit"
 FINAL_URL = "Gateway-Final-Url"
 INITIAL_STATUS = "Gateway-Initial-Status-Code"
 RENDERED = "Gateway-Rendered"
-ERROR = "Gateway-Error"
+ERROR = GATEWAY_ERROR
 
 # The raw form's status for a target that could not be fetched, by kind; any other kind is a 502.
 FAILED_STATUS = {"timeout": 504, "refused": 403}

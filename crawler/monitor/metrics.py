@@ -234,7 +234,8 @@ class Metrics:
         )
         self.sitemap_files = Counter(
             "crawler_sitemap_files",
-            "Sitemap files read, by outcome (read, not_modified, unchanged, redirected, failed, disallowed)",
+            "Sitemap files read, by outcome "
+            "(read, not_modified, unchanged, redirected, missing, failed, disallowed)",
             ["domain", "outcome"],
             registry=r,
         )

@@ -55,7 +55,8 @@ class NewCrawl:
 
 @dataclass(frozen=True, slots=True)
 class CrawlView:
-    """A crawl as reported: its record and its counts per domain (ok, failed, retrying, dead, pending)."""
+    """A crawl as reported: its record and its counts per domain (ok, failed, retrying, dead, skipped,
+    pending)."""
 
     id: str
     label: str | None
@@ -163,6 +164,7 @@ def _reported(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
             "failed": c.get("failed", 0),
             "retrying": c.get("retrying", 0),
             "dead": c.get("dead", 0),
+            "skipped": c.get("skipped", 0),
             "pending": pending(c),
         }
         for domain, c in sorted(counts.items())

@@ -41,7 +41,7 @@ class SitemapRead:
     url: str
     domain: str
     depth: int
-    outcome: str  # read, not_modified, unchanged, redirected, failed, disallowed
+    outcome: str  # read, not_modified, unchanged, redirected, missing, failed, disallowed
     read_at: datetime
     status_code: int | None = None
     kind: str | None = None

@@ -14,7 +14,7 @@ import httpx
 from crawler.archive import Archive, Archived, Exchange
 from crawler.archive.uploader import Uploader
 from crawler.config import CrawlConfig, Rules
-from crawler.fetch.fetcher import REDIRECTS, Fetcher, Headers, Response
+from crawler.fetch.fetcher import REDIRECTS, Fetcher, Headers, Response, Streamed, slices, streamed
 from crawler.monitor.metrics import Metrics
 from crawler.settings import Settings
 from crawler.storage import ObjectStore, ObjectUrl, is_object_url
@@ -158,6 +158,19 @@ class ArchivingFetcher:
         response = await self._fetcher.fetch(url, rules, html_only=html_only, headers=headers)
         await self._archiving.response(response, rules, headers)
         return response
+
+    @asynccontextmanager
+    async def stream(
+        self, url: str, rules: Rules, *, headers: Headers | None = None
+    ) -> AsyncIterator[Streamed]:
+        """The fetcher's answer as it comes (robots.txt's first 500 KiB); a domain that archives gets
+        it whole, archived first."""
+        if not rules.archive:
+            async with streamed(self._fetcher, url, rules, headers=headers) as answer:
+                yield answer
+            return
+        response = await self.fetch(url, rules, html_only=False, headers=headers)
+        yield Streamed(response.url, response.status_code, response.headers, slices(response.body))
 
     async def aclose(self) -> None:
         """Nothing: the fetcher it wraps is closed by its owner."""

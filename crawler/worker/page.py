@@ -70,6 +70,7 @@ class Outcome:
     late: bool = False  # not fetched: the fetch could not have ended within the delivery's time
     extraction_failures: tuple[str, ...] = ()  # required fields missing, or PARSE_HOOK if its hook failed
     seen: Seen = Seen()  # validators and signature of the answer, when there was one
+    disallowed: bool = False  # robots.txt keeps the page out: skipped, by policy, not failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,12 +183,16 @@ class Visitor:
             crawl_delay = admitted.crawl_delay
         elif rules.obey_robots:
             verdict = await self._robots.check(url, rules, self.hop)
+            if verdict.refused is not None:  # robots.txt could not be asked: nor can the page be
+                refused = from_error(verdict.refused)
+                return Outcome(replace(record, error=refused.error, final_url=url), (), refused)
             if verdict.unavailable is not None:
                 return Outcome(
                     replace(record, error=verdict.unavailable), (), Failure("transient", verdict.unavailable)
                 )
             if not verdict.allowed:
-                return Outcome(replace(record, error=DISALLOWED), (), Failure("permanent", DISALLOWED))
+                failure = Failure("permanent", DISALLOWED)
+                return Outcome(replace(record, error=DISALLOWED), (), failure, disallowed=True)
             crawl_delay = verdict.crawl_delay
         waited += await self._limiter.acquire(
             domain,

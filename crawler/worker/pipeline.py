@@ -36,7 +36,7 @@ from crawler.worker.ending import Endings, lost
 from crawler.worker.gate import Gate
 from crawler.worker.linking import NO_OPTIONS, Linking
 from crawler.worker.live import LiveConfig
-from crawler.worker.page import Outcome, Visitor
+from crawler.worker.page import DISALLOWED, Outcome, Visitor
 from crawler.worker.parking import Parking, attempts_of, parked_before
 from crawler.worker.refresh import settle
 from crawler.worker.settling import Done, Settling
@@ -45,6 +45,7 @@ from crawler.worker.tracing import step
 
 log = logging.getLogger(__name__)
 pages_log = logging.getLogger("crawler.pages")  # one line per page outcome: verbose
+ROBOTS = "robots"  # the skip reason (crawler_pages_skipped_total{reason}) of a page robots.txt keeps out
 
 
 class Pipeline:
@@ -173,6 +174,14 @@ class Pipeline:
             # consumer may have stored the page already. Storing, routing or parking it here would
             # do its work twice, and the ack could not be sent.
             return self.abandon(domain, message, " while it was fetched")
+        if outcome.disallowed and crawl.refresh is None:
+            # Skipped by policy, like a page past max_pages: no row, counted once as skipped. A
+            # stored page robots.txt now keeps out is stored, for its schedule to say so.
+            pages_log.info("%s %s: skipped, %s", domain, url, DISALLOWED)
+            counts = self._ends.changes(message, crawl, domain, "skipped")
+            return await self._ends.done(
+                message, domain, "skipped", reason=ROBOTS, crawl=crawl.crawl, counts=counts
+            )
         failure = outcome.failure
         delay = self._delay(domain, attempts, failure)
         if failure is not None and delay is not None:
@@ -197,6 +206,8 @@ class Pipeline:
         if crawl.refresh is not None:
             self._metrics.observe_refresh(domain, settled.how)
         kind: OutcomeKind = "ok" if failure is None else "dead" if failure.transient else "failed"
+        if outcome.disallowed:
+            kind = "skipped"
         self._log(kind, outcome, crawl, attempts, links=len(outcome.links) if settled.route else 0)
         counts = self._ends.changes(message, crawl, domain, kind)
         if counts is not None:
@@ -209,6 +220,7 @@ class Pipeline:
             domain,
             kind,
             outcome.record.status_code,
+            reason=ROBOTS,  # a skipped one's: the only skip a visit decides
             crawl=crawl.crawl,
             counts=counts,
             confirms=confirms,

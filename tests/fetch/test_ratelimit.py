@@ -151,7 +151,7 @@ async def test_robots_txt_is_obeyed_by_every_consumer_and_crawl_delay_holds(
     assert (len(pages) - 1) / (pages[-1] - pages[0]) <= 1.1
 
     stored = rows(sqlite_url)
-    assert stored[site.url("/p/1")] == (None, "disallowed by robots.txt", 1)
+    assert site.url("/p/1") not in stored  # skipped by robots.txt: counted, not stored
     assert stored[site.url("/p/2")][0] == 200
 
 

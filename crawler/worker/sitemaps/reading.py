@@ -1,8 +1,9 @@
 """A sitemap task, top to bottom: find an origin's sitemaps, or read one file and route what it lists.
 
 Every request is a fetch like a page's: robots.txt, a rate token from the domain's bucket, the
-private-network guard and the fetch layer (fetching.py). A file whose signature is the one stored,
-or answered 304, is not parsed; else it is parsed off the event loop, 1,000 entries at a time, and
+private-network guard and the fetch layer (fetching.py). In a recrawl's round, a file whose signature
+is the one stored, or answered 304, is not parsed; a crawl's own round asks for every file whole (a
+new crawl needs every URL it lists). Else it is parsed off the event loop, 1,000 entries at a time, and
 its URLs routed (listing.py) or, an index's, its sitemaps queued one level deeper. Its reading is
 stored before the pipeline acks the task (or retries it, or sets it aside).
 """
@@ -46,6 +47,7 @@ from crawler.worker.sitemaps.listing import Listing
 log = logging.getLogger(__name__)
 
 BATCH = 1_000  # entries routed at once
+MISSING = frozenset({404, 410})  # a sitemap that is not there: its reading is "missing", not "failed"
 
 
 @dataclass(slots=True)
@@ -140,6 +142,10 @@ class SitemapReading:
         crawl_delay = None
         if rules.obey_robots:
             verdict = await self._visitor.robots.check(url, rules, self._visitor.hop)
+            if verdict.refused is not None:
+                done.failure = from_error(verdict.refused)
+                await self._keep(domain, url, task, "failed", note=f"robots.txt: {done.failure.error}")
+                return
             if verdict.unavailable is not None:
                 done.failure = Failure("transient", verdict.unavailable)
                 return
@@ -151,7 +157,7 @@ class SitemapReading:
             domain, lambda: budget(self._live.rules(domain), crawl_delay)
         )
         self._metrics.observe_rate_wait(domain, waited)
-        stored = await asyncio.to_thread(self._store.validators, url)
+        stored = await asyncio.to_thread(self._store.validators, url) if not task.whole else None
         with tempfile.SpooledTemporaryFile(max_size=SPOOL) as spool:
             asked = rules_for_sitemaps(rules)
             fetcher = self._visitor.fetcher
@@ -164,6 +170,10 @@ class SitemapReading:
                 return
             if fetched.location is not None:
                 await self._redirected(domain, url, fetched.location, message, task, status, done)
+                return
+            if status in MISSING:  # a guessed /sitemap.xml mostly: nothing failed, and nothing to retry
+                log.debug("%s: no sitemap there (HTTP %d)", url, status)
+                await self._keep(domain, url, task, "missing", status=status)
                 return
             if fetched.failure is not None:
                 if not fetched.failure.transient:
