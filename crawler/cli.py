@@ -48,6 +48,7 @@ from crawler.reparse.run import Progress as ReparseProgress
 from crawler.reparse.run import Reparser
 from crawler.scheduler.running import scheduling
 from crawler.service import Control, CrawlView, NewCrawl, check_crawl
+from crawler.service.control import Schema
 from crawler.service.inputs import DEAD_LIMIT, DEAD_REASONS, CrawlRequest
 from crawler.service.migration import migrate_frontier
 from crawler.settings import Settings
@@ -219,7 +220,7 @@ def _ack_delays(metrics: Metrics) -> str:
 
 
 async def _dead(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
-    async with Control.open(settings, config, "crawler dead", upgrade=False) as control:
+    async with Control.open(settings, config, "crawler dead", "none") as control:
         if args.action == "list":
             letters = await control.dead_letters(args.domain, args.reason, args.limit)
             for letter in letters:
@@ -261,7 +262,7 @@ def _json(value: Any, indent: int | None = None) -> str:
 
 
 async def _crawls(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
-    async with Control.open(settings, config, "crawler crawls", upgrade=False) as control:
+    async with Control.open(settings, config, "crawler crawls", "check") as control:
         if args.action == "list":
             views = await control.list_crawls(args.state)
             if not args.json:
@@ -279,7 +280,9 @@ async def _crawls(settings: Settings, config: CrawlConfig, args: argparse.Namesp
 
 
 async def _domains_verb(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
-    async with Control.open(settings, config, "crawler domains", upgrade=False) as control:
+    # A pause is kept in the database too: it may make the schema; a list only reads.
+    schema: Schema = "check" if args.action == "list" else "upgrade"
+    async with Control.open(settings, config, "crawler domains", schema) as control:
         if args.action == "list":
             for d in await control.domains():
                 paused = "paused" if d.paused else "active"
@@ -592,7 +595,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_summary(consumed.stats, time.monotonic() - started))
             return _crawl_ended(consumed.ending, crawl)
         elif args.command == "recrawl":
-            async with Control.open(settings, config, "crawler recrawl", upgrade=False) as control:
+            async with Control.open(settings, config, "crawler recrawl", "check") as control:
                 recrawled = await control.recrawl(args.recrawl_domains, args.all)
             for domain in sorted(recrawled.published):
                 published, due = recrawled.published[domain], recrawled.due[domain]
@@ -612,7 +615,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "domains":
             await _domains_verb(settings, config, args)
         elif args.command == "sitemaps":
-            async with Control.open(settings, config, "crawler sitemaps", upgrade=False) as control:
+            async with Control.open(settings, config, "crawler sitemaps", "check") as control:
                 began = await control.read_sitemaps(args.domain)
             print(
                 f"{args.domain}: a round of reading its sitemaps began at {began} origin(s)", file=sys.stderr

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from crawler.archive import Stored, read
 from crawler.archive.source import ArchiveSource
@@ -151,6 +151,7 @@ class FleetView:
     freshness: list[Freshness]
 
 
+Schema = Literal["upgrade", "check", "none"]
 SERIES_POINTS = 120  # most points of a crawl's pages-over-time series
 STATUS_FRESH = 1.0  # seconds a read of the fleet's status serves every caller
 
@@ -195,12 +196,14 @@ class Control:
     @classmethod
     @asynccontextmanager
     async def open(
-        cls, settings: Settings, config: CrawlConfig, role: str, upgrade: bool = True
+        cls, settings: Settings, config: CrawlConfig, role: str, schema: Schema = "upgrade"
     ) -> AsyncIterator[Control]:
-        """Connect to RabbitMQ, Redis and the database (migrated; with `upgrade` off, checked to be
-        at the newest schema instead: a command that reads creates none), and declare the topology."""
+        """Connect to RabbitMQ, Redis and the database, and declare the topology. The database's
+        `schema` is upgraded, or checked to be the newest (a command that reads creates none), or left
+        alone ("none": the verbs used read no table, the dead letters' say)."""
         config = with_dedup_mode(config, settings.dedup)
-        await asyncio.to_thread(migrate if upgrade else check_schema, settings.database_url)
+        if schema != "none":
+            await asyncio.to_thread(migrate if schema == "upgrade" else check_schema, settings.database_url)
         async with AsyncExitStack() as stack:
             f = await stack.enter_async_context(wiring.frontier(settings, role, config))
             store = CrawlStore(settings.database_url)
