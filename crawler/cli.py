@@ -913,6 +913,7 @@ def consume_main(argv: Sequence[str] | None = None) -> int:
         )
         summary = _summary(consumed.stats, time.monotonic() - started)
         log.info("stopped\n%s\n%s", summary, _ack_delays(monitoring.metrics))
-        return _crawl_ended(consumed.ending, None) if args.burst else EXIT_OK
+        # A worker stopped by a signal ends as it always did (0); one that cannot fetch does not.
+        return _crawl_ended(replace(consumed.ending, stopped=False), None) if args.burst else EXIT_OK
 
     return _run(run, drains=True)
