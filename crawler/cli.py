@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, replace
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from rich.console import Console
 
 from crawler import connections, stopping
 from crawler.archive.source import ArchiveSource
+from crawler.changes.feed import feed_on
 from crawler.config import CrawlConfig, load_config, with_dedup_mode
 from crawler.dedup.near import NearIndexes
 from crawler.errors import ConfigError, CrawlerError
@@ -48,18 +49,21 @@ from crawler.reparse.run import Progress as ReparseProgress
 from crawler.reparse.run import Reparser
 from crawler.scheduler.running import scheduling
 from crawler.service import Control, CrawlView, NewCrawl, check_crawl
+from crawler.service.control import Schema
 from crawler.service.inputs import DEAD_LIMIT, DEAD_REASONS, CrawlRequest
 from crawler.service.migration import migrate_frontier
 from crawler.settings import Settings
+from crawler.sink.crawls import STATES
 from crawler.sink.export import FORMATS, Query, export, parse_since
 from crawler.sink.export_object import export_to_object
 from crawler.sink.prune import Pruner
 from crawler.sink.reparsed import ReparseStore, Selection
 from crawler.sink.sitemaps import SitemapRead, SitemapStore
-from crawler.sink.sql import migrate
+from crawler.sink.sql import check_schema, migrate
 from crawler.storage import is_object_url
 from crawler.worker import wiring
 from crawler.worker.alongside import background
+from crawler.worker.consumer import Ending
 from crawler.worker.signals import EXIT_ABORTED
 from crawler.worker.watching import Monitoring
 
@@ -72,12 +76,15 @@ MAX_GRACE = 86_400.0  # seconds: a drain longer than a day is a typo
 log = logging.getLogger("crawler")
 
 
-def _common(parser: argparse.ArgumentParser, crawls: bool = False) -> None:
+def _common(parser: argparse.ArgumentParser, crawls: bool = False, sub: bool = False) -> None:
+    """The options every program and command takes. A command's (`sub`) have no default of their
+    own: given before the command (`crawler --config F status`) or after it, they count alike."""
+    default: dict[str, Any] = {"default": argparse.SUPPRESS} if sub else {}
     parser.add_argument(
-        "--config", help="domains.yaml to use (default: $CRAWLER_CONFIG or config/domains.yaml)"
+        "--config", help="domains.yaml to use (default: $CRAWLER_CONFIG or config/domains.yaml)", **default
     )
     verbose = "log every page's outcome, and connections" if crawls else "log what it connects to and does"
-    parser.add_argument("-v", "--verbose", action="store_true", help=verbose)
+    parser.add_argument("-v", "--verbose", action="store_true", help=verbose, **default)
     if crawls:
         parser.add_argument(
             "--trace",
@@ -85,7 +92,10 @@ def _common(parser: argparse.ArgumentParser, crawls: bool = False) -> None:
             help="log each URL's way: routed, delivered, acked, parked (a lot)",
         )
     parser.add_argument(
-        "--log-format", choices=logs.FORMATS, default="text", help="text, or json: one object per line"
+        "--log-format",
+        choices=logs.FORMATS,
+        help="text, or json: one object per line",
+        **(default or {"default": "text"}),
     )
 
 
@@ -211,7 +221,7 @@ def _ack_delays(metrics: Metrics) -> str:
 
 
 async def _dead(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
-    async with Control.open(settings, config, "crawler dead") as control:
+    async with Control.open(settings, config, "crawler dead", "none") as control:
         if args.action == "list":
             letters = await control.dead_letters(args.domain, args.reason, args.limit)
             for letter in letters:
@@ -227,11 +237,24 @@ async def _dead(settings: Settings, config: CrawlConfig, args: argparse.Namespac
             print(f"{await control.purge_dead(args.domain, args.reason)} dead letters purged")
 
 
+_CRAWL_KINDS = ("ok", "failed", "retrying", "dead", "pending")
+# A crawl's columns: (title, width); counts are right-aligned, the label takes the rest of the line.
+_CRAWL_COLUMNS = (("id", 16), ("state", 11), ("started", 20), ("ended", 20))
+
+
 def _crawl_line(view: CrawlView) -> str:
-    kinds = ("ok", "failed", "retrying", "dead", "pending")
-    counts = " ".join(f"{k}={sum(c[k] for c in view.counts.values())}" for k in kinds)
-    started = view.started.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return f"{view.id}  {view.state:<9}  {started}  {counts}  {view.label or ''}"
+    def when(moment: datetime | None) -> str:
+        return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if moment else "-"
+
+    cells = (view.id, view.state, when(view.started), when(view.finished))
+    left = "  ".join(f"{cell:<{width}}" for cell, (_, width) in zip(cells, _CRAWL_COLUMNS, strict=True))
+    counts = " ".join(f"{sum(c.get(k, 0) for c in view.counts.values()):>{len(k)}}" for k in _CRAWL_KINDS)
+    return f"{left}  {counts}  {view.label or ''}".rstrip()
+
+
+def _crawl_header() -> str:
+    left = "  ".join(f"{title:<{width}}" for title, width in _CRAWL_COLUMNS)
+    return f"{left}  {' '.join(_CRAWL_KINDS)}  label"
 
 
 def _json(value: Any, indent: int | None = None) -> str:
@@ -240,9 +263,12 @@ def _json(value: Any, indent: int | None = None) -> str:
 
 
 async def _crawls(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
-    async with Control.open(settings, config, "crawler crawls") as control:
+    async with Control.open(settings, config, "crawler crawls", "check") as control:
         if args.action == "list":
-            for view in await control.list_crawls(args.state):
+            views = await control.list_crawls(args.state)
+            if not args.json:
+                print(_crawl_header())
+            for view in views:
                 print(_json(asdict(view)) if args.json else _crawl_line(view))
             return
         if args.action == "show":
@@ -255,7 +281,9 @@ async def _crawls(settings: Settings, config: CrawlConfig, args: argparse.Namesp
 
 
 async def _domains_verb(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
-    async with Control.open(settings, config, "crawler domains") as control:
+    # A pause is kept in the database too: it may make the schema; a list only reads.
+    schema: Schema = "check" if args.action == "list" else "upgrade"
+    async with Control.open(settings, config, "crawler domains", schema) as control:
         if args.action == "list":
             for d in await control.domains():
                 paused = "paused" if d.paused else "active"
@@ -269,6 +297,14 @@ async def _new_crawl(settings: Settings, config: CrawlConfig, new: NewCrawl) -> 
     check_crawl(config, new)  # a bad seed is said before a service is needed
     async with Control.open(settings, config, "crawler seed") as control:
         return await control.create_crawl(new)
+
+
+async def _crawl_begun(settings: Settings, config: CrawlConfig, new: NewCrawl) -> tuple[CrawlView, int]:
+    """A new crawl for `crawler crawl`, and how many messages were queued before it (left by others)."""
+    check_crawl(config, new)
+    async with Control.open(settings, config, "crawler crawl") as control:
+        left = sum(d.depth for d in await control.domains())
+        return await control.create_crawl(new), left
 
 
 def _crawl_options(parser: argparse.ArgumentParser) -> None:
@@ -348,13 +384,14 @@ def _run(coro: Callable[[], Coroutine[Any, Any, int]], *, drains: bool = False) 
 def build_parser() -> argparse.ArgumentParser:
     """`crawler`'s arguments, every subcommand's included."""
     parser = Parser(prog="crawler", description="A distributed web crawler on RabbitMQ.", version=True)
+    _common(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("seed", help="start a crawl: route its seed URLs into the frontier, print its id")
     p.add_argument("urls", nargs="+", metavar="URL")
     p.add_argument("--priority", type=int, choices=range(10), metavar="0-9", help="message priority")
     _crawl_options(p)
-    _common(p)
+    _common(p, sub=True)
 
     p = sub.add_parser("crawl", help="seed, consume every configured domain until done, print a summary")
     p.add_argument("urls", nargs="*", metavar="URL")
@@ -367,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _crawl_options(p)
     _monitoring_options(p)
-    _common(p, crawls=True)
+    _common(p, crawls=True, sub=True)
 
     p = sub.add_parser("recrawl", help="publish the stored pages that are due (or all of them), then exit")
     p.add_argument(
@@ -378,30 +415,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="only this domain (again for more; default: every domain that recrawls, every one with --all)",
     )
     p.add_argument("--all", action="store_true", help="every stored page, due or not, recrawled or not")
-    _common(p)
+    _common(p, sub=True)
 
     p = sub.add_parser("crawls", help="crawls: list, show, cancel or delete one")
     p.add_argument("action", choices=["list", "show", "cancel", "delete"])
     p.add_argument("id", nargs="?", help="the crawl's id (show, cancel, delete)")
-    p.add_argument("--state", choices=["running", "finished", "cancelled"], help="list only these")
+    p.add_argument("--state", choices=STATES, help="list only these")
     p.add_argument("--purge", action="store_true", help="delete: its stored pages too")
     p.add_argument("--json", action="store_true", help="list as JSON lines")
-    _common(p)
+    _common(p, sub=True)
 
     p = sub.add_parser("domains", help="domains: list them, pause or resume one fleet-wide")
     p.add_argument("action", choices=["list", "pause", "resume"])
     p.add_argument("domain", nargs="?", help="the domain (pause, resume)")
-    _common(p)
+    _common(p, sub=True)
 
     p = sub.add_parser("status", help="queue depths and stored pages per domain")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--watch", action="store_true", help="refresh the status until interrupted")
     p.add_argument("--interval", type=_positive, default=2.0, help="seconds between refreshes")
-    _common(p)
+    _common(p, sub=True)
 
     p = sub.add_parser("reset", help="forget seen URLs and purge the work queues")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    _common(p)
+    _common(p, sub=True)
 
     p = sub.add_parser("dead", help="the dead queue: list, replay or purge what was set aside")
     p.add_argument("action", choices=["list", "replay", "purge"])
@@ -412,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="list as JSON lines")
     p.add_argument("--yes", action="store_true", help="purge without asking")
-    _common(p)
+    _common(p, sub=True)
 
     p = sub.add_parser("export", help="the pages table as JSON lines, CSV or Parquet, streamed")
     p.add_argument("--format", choices=FORMATS, default="jsonl", help="jsonl (default), csv or parquet")
@@ -435,7 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="s3://BUCKET/KEY",
         help="an object to write, as one multipart upload (none if cut short)",
     )
-    _common(p)
+    _common(p, sub=True)
 
     p = sub.add_parser("history", help="page versions: delete those each domain's `history` no longer keeps")
     p.add_argument("action", choices=["prune"])
@@ -447,7 +484,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="only this domain (again for more; default: every configured domain)",
     )
     p.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
-    _common(p)
+    _common(p, sub=True)
 
     p = sub.add_parser(
         "sitemaps", help="a domain's sitemaps as last read: files, URLs, what was dropped and why"
@@ -457,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--read", action="store_true", help="first begin a round of reading them (the workers read it)"
     )
     p.add_argument("--json", action="store_true", help="print JSON lines, one per file")
-    _common(p)
+    _common(p, sub=True)
 
     p = sub.add_parser(
         "reparse", help="run the current extraction again over archived answers; fetches nothing"
@@ -473,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--crawl", metavar="ID", help="only the pages this crawl stored")
     p.add_argument("--no-links", action="store_true", help="route none of the links the pages now give")
     p.add_argument("--workers", type=_workers, help="processes reading pages (default: one per core)")
-    _common(p)
+    _common(p, sub=True)
 
     p = sub.add_parser(
         "frontier",
@@ -483,11 +520,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--domains", type=_domains, help="only these domains' queues, comma-separated (and the shared ones)"
     )
-    _common(p)
+    _common(p, sub=True)
 
     p = sub.add_parser("db", help="database schema")
     p.add_argument("action", choices=["upgrade"])
-    _common(p)
+    _common(p, sub=True)
     return parser
 
 
@@ -519,6 +556,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _sitemaps(args)
 
     async def run() -> int:
+        if args.command == "db":  # the schema alone: no domains.yaml needed
+            await asyncio.to_thread(migrate, Settings.from_env().database_url)
+            print("database schema is up to date")
+            return EXIT_OK
         settings, config = _settings_and_config(args)
         if args.command == "seed":
             assert new is not None  # argparse asks seed for one URL at least
@@ -529,16 +570,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "crawl":
             if args.fresh:
                 await wiring.reset(settings, config)
+            crawl = None
             if new is not None:
-                view = await _new_crawl(settings, config, new)
+                view, left = await _crawl_begun(settings, config, new)
+                crawl = view.id
                 print(f"crawl {view.id}", file=sys.stderr)
+                if left:
+                    print(
+                        f"crawler crawl: {left} messages of earlier crawls were queued already: they are "
+                        "crawled too, and counted in the summary (not in this crawl); --fresh drops them",
+                        file=sys.stderr,
+                    )
             started = time.monotonic()
             metrics = Metrics()
             progress = Progress(metrics, wiring.check_domains(config, None))
             async with AsyncExitStack() as stack:
                 more = await stack.enter_async_context(_recrawling(settings, config, args.recrawl))
                 await stack.enter_async_context(background(progress.run()))
-                stats = await wiring.consume(
+                consumed = await wiring.consume(
                     settings,
                     config,
                     burst=True,
@@ -547,10 +596,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     config_path=settings.config_path,
                     monitoring=_monitoring(args, metrics),
                     more=more,
+                    crawl=crawl,
                 )
-            print(_summary(stats, time.monotonic() - started))
+            print(_summary(consumed.stats, time.monotonic() - started))
+            return _crawl_ended(consumed.ending, crawl)
         elif args.command == "recrawl":
-            async with Control.open(settings, config, "crawler recrawl") as control:
+            async with Control.open(settings, config, "crawler recrawl", "check") as control:
                 recrawled = await control.recrawl(args.recrawl_domains, args.all)
             for domain in sorted(recrawled.published):
                 published, due = recrawled.published[domain], recrawled.due[domain]
@@ -570,7 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "domains":
             await _domains_verb(settings, config, args)
         elif args.command == "sitemaps":
-            async with Control.open(settings, config, "crawler sitemaps") as control:
+            async with Control.open(settings, config, "crawler sitemaps", "check") as control:
                 began = await control.read_sitemaps(args.domain)
             print(
                 f"{args.domain}: a round of reading its sitemaps began at {began} origin(s)", file=sys.stderr
@@ -583,12 +634,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             for queue, count in moved.queues.items():
                 print(f"{queue}: re-made as {config.frontier.queue_type}, {count} message(s) moved")
             print(f"{len(moved.unchanged)} queue(s) already {config.frontier.queue_type}")
-        elif args.command == "db":
-            await asyncio.to_thread(migrate, settings.database_url)
-            print("database schema is up to date")
         return EXIT_OK
 
     return _run(run, drains=args.command == "crawl")
+
+
+def _crawl_ended(ending: Ending, crawl: str | None) -> int:
+    """A burst's exit status: 0 drained; 2 if the fetch service refused a domain (said in one line);
+    130 if Ctrl-C stopped it first (0 for SIGTERM, a graceful stop); what is left stays queued."""
+    which = f"crawl {crawl}" if crawl else "the crawl"
+    if ending.halted:
+        domain, why = sorted(ending.halted.items())[0]
+        more = f" (and {len(ending.halted) - 1} more domains)" if len(ending.halted) > 1 else ""
+        print(
+            f"crawler: error: {which} cannot fetch {domain}{more}: {redact(why)}; "
+            "its messages stay queued for the next run",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if ending.stopped:
+        print(
+            f"{which} interrupted: what it left queued is crawled by the next `crawler crawl`",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED if ending.signal == signal.SIGINT else EXIT_OK
+    return EXIT_OK
 
 
 @asynccontextmanager
@@ -669,18 +739,20 @@ async def _reparse(settings: Settings, config: CrawlConfig, args: argparse.Names
 
     try:
         async with AsyncExitStack() as stack:
-            links, redis = None, None
+            links = None
+            f = await stack.enter_async_context(wiring.frontier(settings, "crawler reparse", config))
+            # The versions it makes reach the change feed as a worker's do.
+            feed = await stack.enter_async_context(feed_on(f.connection, config, settings.names))
             if not args.no_links:
-                f = await stack.enter_async_context(wiring.frontier(settings, "crawler reparse", config))
                 links = await stack.enter_async_context(
                     links_into(f.connection, f.seen, f.redis, config, settings.names)
                 )
-                redis = f.redis
-            elif config.content:  # near-duplicates are claimed in the fleet's index, in Redis
-                redis = await stack.enter_async_context(connections.redis(settings.redis_url))
-            near = NearIndexes(redis, settings.names) if redis is not None and config.content else None
+            # Near-duplicates are claimed in the fleet's index, in Redis, as a worker claims them.
+            near = NearIndexes(f.redis, settings.names) if config.content else None
             workers = args.workers or os.cpu_count() or 1
-            reparser = Reparser(config, store, source, selection, workers=workers, links=links, near=near)
+            reparser = Reparser(
+                config, store, source, selection, workers=workers, links=links, near=near, feed=feed
+            )
             done = await reparser.run(stop, report)
     finally:
         store.close()
@@ -711,6 +783,7 @@ def _export(args: argparse.Namespace) -> int:
         changed = parse_since(args.changed_since, "--changed-since") if args.changed_since else None
         query = Query(args.domain, since, args.history, changed, args.dataset)
         settings = Settings.from_env()
+        check_schema(settings.database_url)
         if args.to:
             count = export_to_object(settings, args.format, args.to, query)
         else:
@@ -734,6 +807,7 @@ def _prune(args: argparse.Namespace) -> int:
     try:
         settings, config = _settings_and_config(args)
         domains = wiring.check_domains(config, args.prune_domains)
+        check_schema(settings.database_url)
         pruner = Pruner(settings.database_url)
         try:
             for domain in domains:
@@ -759,6 +833,7 @@ def _sitemaps(args: argparse.Namespace) -> int:
     try:
         settings, config = _settings_and_config(args)
         [domain] = wiring.check_domains(config, [args.domain])
+        check_schema(settings.database_url)
         store = SitemapStore(settings.database_url)
         try:
             read = store.files(domain)
@@ -836,7 +911,7 @@ def consume_main(argv: Sequence[str] | None = None) -> int:
         settings, config = _settings_and_config(args)
         started = time.monotonic()
         monitoring = _monitoring(args)
-        stats = await wiring.consume(
+        consumed = await wiring.consume(
             settings,
             config,
             args.domains,
@@ -846,8 +921,9 @@ def consume_main(argv: Sequence[str] | None = None) -> int:
             config_path=settings.config_path,
             monitoring=monitoring,
         )
-        summary = _summary(stats, time.monotonic() - started)
+        summary = _summary(consumed.stats, time.monotonic() - started)
         log.info("stopped\n%s\n%s", summary, _ack_delays(monitoring.metrics))
-        return EXIT_OK
+        # A worker stopped by a signal ends as it always did (0); one that cannot fetch does not.
+        return _crawl_ended(replace(consumed.ending, stopped=False), None) if args.burst else EXIT_OK
 
     return _run(run, drains=True)

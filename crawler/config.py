@@ -782,10 +782,30 @@ class CrawlConfig(_Strict):
         return tuple(sorted(delays))
 
 
-def _format_errors(path: str, exc: ValidationError) -> str:
-    lines = [f"{path}: invalid configuration"]
-    lines += [f"  {describe(err)}" for err in exc.errors()]
-    return "\n".join(lines)
+def _format_errors(path: str, text: str, exc: ValidationError) -> str:
+    """One line: each error as `file:line: key.path: what is wrong`, the line that of its key."""
+    try:
+        root: yaml.Node | None = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        root = None
+    return "; ".join(f"{path}{_line_of(root, err['loc'])}: {describe(err)}" for err in exc.errors())
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[int | str, ...]) -> str:
+    """`:N`, the line of the key at `loc` (or of the deepest part of it found), or "" if none is."""
+    line = ""
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            found = next(((k, v) for k, v in node.value if str(k.value) == str(part)), None)
+            if found is None:
+                break
+            line, node = f":{found[0].start_mark.line + 1}", found[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = f":{node.start_mark.line + 1}"
+        else:
+            break
+    return line
 
 
 def parse_config(text: str, source: str = "<config>") -> CrawlConfig:
@@ -793,7 +813,7 @@ def parse_config(text: str, source: str = "<config>") -> CrawlConfig:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{source}{yaml_error(exc)}") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -801,7 +821,16 @@ def parse_config(text: str, source: str = "<config>") -> CrawlConfig:
     try:
         return CrawlConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(source, exc)) from None
+        raise ConfigError(_format_errors(source, text, exc)) from None
+
+
+def yaml_error(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line after its file's name: `:line:column: not valid YAML: the problem`."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    return f"{where}: not valid YAML: {problem}{f' ({context})' if context else ''}"
 
 
 def with_dedup_mode(config: CrawlConfig, mode: str | None, source: str = "CRAWLER_DEDUP") -> CrawlConfig:

@@ -99,6 +99,28 @@ def test_bad_config_names_key_and_rule(text: str, fragments: list[str]) -> None:
         assert fragment in message
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            "domains:\n  a.test:\n    rate: fast\n",
+            "d.yaml:3: domains.a.test.rate: Input should be a valid number",
+        ),
+        ("domains:\n  a.test: {}\n  'b c': {}\n", "d.yaml:1: domains: 'b c' is not a host name"),
+        ("defaults: [1, 2\n", "d.yaml:2:1: not valid YAML: expected ',' or ']', but got '<stream end>'"),
+    ],
+)
+def test_a_config_error_is_one_line_naming_the_file_the_line_and_the_key(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    path = tmp_path / "d.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value).replace(str(tmp_path) + "/", "")
+    assert message.startswith(said) and "\n" not in message and "unicode string" not in message, message
+
+
 def test_recrawl_takes_durations_inherits_and_turns_off() -> None:
     config = parse_config(
         """
@@ -317,7 +339,7 @@ def test_invalid_fields_name_the_domain_the_field_and_what_is_wrong(
     with pytest.raises(ConfigError) as info:
         parse_config(text, "d.yaml")
     message = str(info.value)
-    assert message.startswith("d.yaml: invalid configuration")
+    assert message.startswith("d.yaml:")
     for fragment in fragments:
         assert fragment in message
 

@@ -95,7 +95,7 @@ class CrawlOut(BaseModel):
 
     id: str
     label: str | None
-    state: Literal["running", "finished", "cancelled"]
+    state: Literal["running", "finished", "cancelled", "interrupted"]
     seeds: list[str]
     options: CrawlOptionsOut
     started: datetime
@@ -485,7 +485,7 @@ async def create_crawl(body: NewCrawlIn, request: Request, response: Response) -
 @v1.get("/crawls", dependencies=READ, response_model=CrawlList)
 async def list_crawls(
     request: Request,
-    state: Literal["running", "finished", "cancelled"] | None = None,
+    state: Literal["running", "finished", "cancelled", "interrupted"] | None = None,
     limit: Annotated[int, Query(ge=CRAWLS_LIMIT[0], le=CRAWLS_LIMIT[1])] = 100,
     before: Annotated[
         str | None, Query(pattern=CRAWL_ID.pattern, max_length=64, description="only crawls listed after it")

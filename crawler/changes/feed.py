@@ -1,7 +1,8 @@
 """Publishing a page's new version to the change feed, persistent and confirmed, before its ack.
 
 The body is JSON: `url`, `domain`, `crawl`, `version`, `fetched_at` (ISO 8601, UTC), `kind` (`new`,
-`changed`, `gone`, `back`) and, for `changed`, `changes`: {field: {"old": ..., "new": ...}}. The
+`changed`, `gone`, `back`, `reparse`) and, for `changed` and `reparse`, `changes`: {field: {"old": ...,
+"new": ...}}. The
 routing key is the configured domain; the AMQP `message_id` is `{page id}:{version}`, the same for
 every copy of one version, so a subscriber drops a copy it has seen (docs/history.md).
 """
@@ -9,13 +10,19 @@ every copy of one version, so a subscriber drops a copy it has seen (docs/histor
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
-from aio_pika.abc import AbstractExchange
+from aio_pika.abc import AbstractConnection, AbstractExchange
 from aiormq.exceptions import AMQPError, ChannelInvalidStateError
 
+from crawler.config import CrawlConfig
+from crawler.connections import publishing_channel
 from crawler.errors import FeedError
+from crawler.frontier.exchanges import declare, topology
 from crawler.frontier.publisher import Outgoing, Publisher
+from crawler.names import Names
 from crawler.sink.versions import Version
 
 
@@ -50,14 +57,34 @@ class ChangeFeed:
 
     async def announce(self, version: Version) -> None:
         """Publish `version` and wait for the broker's confirm; FeedError if it is not confirmed."""
+        await self.announce_all([version])
+
+    async def announce_all(self, versions: Sequence[Version]) -> None:
+        """Publish `versions` together and wait for every confirm; FeedError naming the first one
+        not confirmed (publishing them all again is safe: a subscriber drops a copy by its id)."""
         # Not mandatory: versions are published whether or not a queue is bound (RabbitMQ drops
         # what no queue takes).
-        out = Outgoing(version.domain, body(version), 0, version.message_id, version.kind)
+        outs = [Outgoing(v.domain, body(v), 0, v.message_id, v.kind) for v in versions]
         try:
-            (failed,) = await self._publisher.publish([out])
+            outcomes: Sequence[BaseException | None] = await self._publisher.publish(outs)
         except (AMQPError, ChannelInvalidStateError, ConnectionError) as exc:
-            failed = exc
-        if failed is not None:
-            raise FeedError(
-                f"version {version.version} of {version.url} not confirmed: {failed!r}"
-            ) from failed
+            outcomes = [exc] * len(outs)
+        for version, failed in zip(versions, outcomes, strict=True):
+            if failed is not None:
+                raise FeedError(
+                    f"version {version.version} of {version.url} not confirmed: {failed!r}"
+                ) from failed
+
+
+@asynccontextmanager
+async def feed_on(
+    connection: AbstractConnection, config: CrawlConfig, names: Names
+) -> AsyncIterator[ChangeFeed]:
+    """The change feed on a channel of its own with confirms, the topology declared first (a broker
+    that never saw a crawl has no exchange yet): for a program that makes versions outside a worker."""
+    channel = await publishing_channel(connection)
+    try:
+        await declare(channel, topology(config, names))
+        yield ChangeFeed(await channel.get_exchange(names.changes, ensure=False))
+    finally:
+        await channel.close()

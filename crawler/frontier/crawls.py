@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -15,7 +16,11 @@ from typing import Any
 from redis.asyncio import Redis
 
 from crawler.names import Names
+from crawler.sink.crawls import CrawlState as StoredState
+from crawler.sink.crawls import CrawlStore
 from crawler.sink.domains import DomainStore
+
+log = logging.getLogger(__name__)
 
 # Outcome kinds a crawl counts per domain. "routed" counts URLs queued; "retrying" those waiting in
 # a retry tier (up when parked, down when they come back and end); "sitemaps_queued" and
@@ -28,15 +33,47 @@ DONE = ("ok", "failed", "dead")  # outcomes of a page stored: what a crawl's pag
 # 120 + 180 + 130 + 24 a day per domain, however long it runs.
 SERIES_STEPS = ((0, 10), (1200, 60), (10800, 600), (86400, 3600))
 
+# Kinds that end a URL queued (TERMINAL) or a sitemap task; what `pending` and the end of a crawl read.
+TERMINAL = ("ok", "failed", "dead", "skipped")
+OPENED = ("routed", "sitemaps_queued")
+CLOSED = (*TERMINAL, "sitemaps_done")
+OPEN_FIELD = "open"  # the counts hash's one field without a domain: work opened less work closed
+
 # Counts stop the moment a crawl is cancelled: the check and the increments are one atomic step.
-# KEYS: cancelled set, counts hash, series hash. ARGV: crawl id, n, then n (domain, pages stored)
-# pairs for the series, then (field, increment) pairs for the counts.
+# So is the look for its end: once the work it opened is all closed (OPEN_FIELD down to 0), every
+# domain's counts are read to be sure (as `finished` reads them), and 2 is returned if it ended.
+# KEYS: cancelled set, counts hash, series hash. ARGV: crawl id, the change to OPEN_FIELD, n, then n
+# (domain, pages stored) pairs for the series, then (field, increment) pairs for the counts.
 _COUNT = (
     """
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
-local n = tonumber(ARGV[2])
-local counts = 3 + 2 * n
+local n = tonumber(ARGV[3])
+local counts = 4 + 2 * n
 for i = counts, #ARGV, 2 do redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
+local closing = tonumber(ARGV[2])
+local open = redis.call('HINCRBY', KEYS[2], '"""
+    + OPEN_FIELD
+    + """', closing)
+local ended = 1
+if closing < 0 and open <= 0 then
+  local by = {}
+  local all = redis.call('HGETALL', KEYS[2])
+  for i = 1, #all, 2 do
+    local domain, kind = string.match(all[i], '^(.*) ([^ ]+)$')
+    if domain then
+      by[domain] = by[domain] or {}
+      by[domain][kind] = tonumber(all[i + 1])
+    end
+  end
+  ended = 2
+  for _, c in pairs(by) do
+    local closed = (c.ok or 0) + (c.failed or 0) + (c.dead or 0) + (c.skipped or 0)
+    if (c.routed or 0) > closed or (c.sitemaps_queued or 0) > (c.sitemaps_done or 0)
+      or (c.retrying or 0) > 0 then
+      ended = 1
+    end
+  end
+end
 if n > 0 then
   local now = tonumber(redis.call('TIME')[1])
   redis.call('HSETNX', KEYS[3], 'start', now)
@@ -45,11 +82,11 @@ if n > 0 then
 """
     + "".join(f"  if age >= {age} then step = {step} end\n" for age, step in SERIES_STEPS[1:])
     + """
-  for i = 3, counts - 1, 2 do
+  for i = 4, counts - 1, 2 do
     redis.call('HINCRBY', KEYS[3], ARGV[i] .. ' ' .. step .. ' ' .. math.floor(now / step), ARGV[i + 1])
   end
 end
-return 1
+return ended
 """
 )
 
@@ -92,7 +129,7 @@ class CrawlOptions:
 
 def pending(counts: Mapping[str, int]) -> int:
     """URLs queued and not yet at an outcome, nor waiting for a retry."""
-    done = sum(counts.get(k, 0) for k in ("ok", "failed", "dead", "skipped", "retrying"))
+    done = sum(counts.get(k, 0) for k in (*TERMINAL, "retrying"))
     return max(0, counts.get("routed", 0) - done)
 
 
@@ -101,14 +138,44 @@ def sitemaps_pending(counts: Mapping[str, int]) -> int:
     return max(0, counts.get("sitemaps_queued", 0) - counts.get("sitemaps_done", 0))
 
 
+def finished(counts: Mapping[str, Mapping[str, int]]) -> bool:
+    """Whether everything a crawl queued has come to an outcome (what the count script decides too)."""
+    return bool(counts) and all(
+        pending(c) == 0 and sitemaps_pending(c) == 0 and c.get("retrying", 0) <= 0 for c in counts.values()
+    )
+
+
+def reported(counts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """A crawl's counts per domain as every view shows them: ok, failed, retrying, dead, skipped, pending."""
+    return {
+        domain: {
+            "ok": c.get("ok", 0),
+            "failed": c.get("failed", 0),
+            "retrying": c.get("retrying", 0),
+            "dead": c.get("dead", 0),
+            "skipped": c.get("skipped", 0),
+            "pending": pending(c),
+        }
+        for domain, c in sorted(counts.items())
+    }
+
+
 class CrawlState:
     """One fleet's crawl state in Redis."""
 
-    def __init__(self, redis: Redis, names: Names, durable: DomainStore | None = None) -> None:
-        """`durable` keeps the paused domains where a Redis loss cannot reach them (None: Redis only)."""
+    def __init__(
+        self,
+        redis: Redis,
+        names: Names,
+        durable: DomainStore | None = None,
+        records: CrawlStore | None = None,
+    ) -> None:
+        """`durable` keeps the paused domains where a Redis loss cannot reach them (None: Redis only);
+        with `records`, the count that ends a crawl marks its record finished (None: not marked)."""
         self._redis = redis
         self._names = names
         self._durable = durable
+        self._records = records
         self._options: dict[str, CrawlOptions | None] = {}
         self._count = redis.register_script(_COUNT)
 
@@ -149,7 +216,22 @@ class CrawlState:
             series = [x for domain, n in done.items() for x in (domain, n)]
             names = self._names
             keys = [names.cancelled_key, names.crawl_counts_key(crawl), names.crawl_series_key(crawl)]
-            await self._count(keys=keys, args=[crawl, len(done), *series, *counted])
+            closing = sum(n for (_, kind), n in changes.items() if kind in OPENED) - sum(
+                n for (_, kind), n in changes.items() if kind in CLOSED
+            )
+            ended = await self._count(keys=keys, args=[crawl, closing, len(done), *series, *counted])
+            if ended == 2 and self._records is not None:
+                await self.end(crawl, "finished")
+
+    async def end(self, crawl: str, state: StoredState) -> bool:
+        """Mark a crawl's record ended now with its counts now; False if it had ended already."""
+        if self._records is None:
+            return False
+        counts = reported(await self.counts(crawl))
+        ended = await asyncio.to_thread(self._records.end, crawl, state, counts)
+        if ended:
+            log.info("crawl %s %s", crawl, state)
+        return ended
 
     async def series(self, crawl: str) -> list[Span]:
         """A crawl's pages stored over time, as the spans its series holds (coarser as it aged)."""
@@ -170,7 +252,8 @@ class CrawlState:
         for field, value in raw.items():
             text = field.decode() if isinstance(field, bytes) else field
             domain, _, kind = text.rpartition(" ")
-            out.setdefault(domain, dict.fromkeys(COUNTED, 0))[kind] = int(value)
+            if domain:  # not OPEN_FIELD
+                out.setdefault(domain, dict.fromkeys(COUNTED, 0))[kind] = int(value)
         return out
 
     async def forget(self, crawl: str) -> None:

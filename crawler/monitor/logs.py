@@ -96,7 +96,8 @@ def setup(verbose: bool, fmt: str = "text", quiet: bool = True, trace: bool = Fa
     # says a failed first connect before the program does, in words of its own.
     logging.getLogger("aiormq").setLevel(logging.INFO if verbose else logging.CRITICAL)
     logging.getLogger("aio_pika").setLevel(logging.INFO if verbose else logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.INFO if verbose else logging.WARNING)
+    # Alembic's INFO lines (its context, each migration's name) are its own debugging: never ours.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     # A line per page is a lot: only when asked.
     logging.getLogger("crawler.pages").setLevel(logging.INFO if verbose else logging.WARNING)
     logging.getLogger(TRACE_LOGGER).setLevel(logging.DEBUG if trace else logging.WARNING)

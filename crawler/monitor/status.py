@@ -23,7 +23,7 @@ from crawler.monitor.heartbeat import workers
 from crawler.settings import Settings
 from crawler.sink.schedule import Backlog, Schedule
 from crawler.sink.sitemaps import URL_OUTCOMES, SitemapStore
-from crawler.sink.sql import Sink, migrate
+from crawler.sink.sql import Sink, check_schema
 
 MANAGEMENT_PORT = 15672
 RATE_WINDOW = 60  # seconds of stored pages behind `pages_per_second`
@@ -181,7 +181,7 @@ class _Stored:
 
 
 def _stored(database_url: str, domains: list[str]) -> _Stored:
-    migrate(database_url)
+    check_schema(database_url)  # a status read creates nothing
     sink, schedule, sitemaps = Sink(database_url), Schedule(database_url), SitemapStore(database_url)
     try:
         now = datetime.now(UTC)
@@ -271,7 +271,9 @@ def _queue_rows(data: dict[str, Any]) -> list[list[str]]:
     paid = any(d.get("credits", 0) for d in data["domains"])
     fresh = any(_scheduled(d.get("freshness")) for d in data["domains"])
     mapped = any(d.get("sitemaps", {}).get("files") for d in data["domains"])
-    head = ["queue", "ready", "unacked", "consumers", "ok", "failed", "pages/s"]
+    # Subscriptions, not workers: a live worker holds none on a queue it paused, was halted on, or
+    # (in burst mode) found drained; the summary line says so when no queue has one.
+    head = ["queue", "ready", "unacked", "subscribed", "ok", "failed", "pages/s"]
     extra = [*(["credits"] if paid else []), *(_FRESHNESS if fresh else []), *(_SITEMAPS if mapped else [])]
     rows = [[*head, *extra]]
     for d in data["domains"]:
@@ -336,7 +338,7 @@ def _domains_cell(domains: list[str], most: int = 5) -> str:
 
 
 _NUMBERS = {
-    *("ready", "unacked", "consumers", "ok", "failed", "pages/s", "credits", "last beat", "pages"),
+    *("ready", "unacked", "subscribed", "ok", "failed", "pages/s", "credits", "last beat", "pages"),
     *_FRESHNESS,
     *_SITEMAPS,
 }
@@ -357,7 +359,10 @@ def _summary(data: dict[str, Any]) -> str:
     states = [w["state"] for w in data["workers"]]
     counts = ", ".join(f"{states.count(s)} {s}" for s in ("live", "late", "gone") if s in states)
     unacked = "" if data["depths_from"] == "management" else " (unacked unknown: management API unreachable)"
-    return f"{data['pages_per_second']:.2f} pages/s; workers: {counts or 'none'}{unacked}"
+    idle = ""
+    if "live" in states and not any(d["queue"]["consumers"] for d in data["domains"]):
+        idle = " (subscribed to no domain queue: paused, halted by the fetch service, or drained)"
+    return f"{data['pages_per_second']:.2f} pages/s; workers: {counts or 'none'}{idle}{unacked}"
 
 
 def render(data: dict[str, Any]) -> str:

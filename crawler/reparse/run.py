@@ -18,16 +18,21 @@ from itertools import chain
 from pathlib import Path
 
 from crawler.archive.source import ArchiveSource
+from crawler.changes.feed import ChangeFeed
 from crawler.config import CrawlConfig
 from crawler.dedup.near import NearIndexes
+from crawler.errors import FeedError
 from crawler.reparse.extraction import Result, reread, start
 from crawler.reparse.linking import Links
 from crawler.sink.reparsed import ReparseStore, Reread, Run, Selection, Target
+from crawler.sink.versions import Version
 
 log = logging.getLogger(__name__)
 BATCH = 500  # pages per commit: what a stop finishes, and a kill may have to do again
 CHUNK = 100  # most pages in one task of a pool process (fewer: every process gets a share)
 AHEAD = 2  # batches in the pool at once: the next one is read while the parent writes one
+FEED_TRIES = 3  # publishes of a batch's versions before the run stops for it
+FEED_WAIT = 0.5  # seconds before the second try (twice that before the third)
 
 Reading = asyncio.Future[list[list[Result]]]
 """A batch being read by the pool: its chunks' results."""
@@ -62,6 +67,7 @@ class Reparser:
         workers: int,
         links: Links | None,
         near: NearIndexes | None = None,
+        feed: ChangeFeed | None = None,
         batch: int = BATCH,
     ) -> None:
         self._near = near
@@ -72,6 +78,7 @@ class Reparser:
         self._selection = selection
         self._workers = workers
         self._links = links
+        self._feed = feed  # None: versions made are stored, not published
         self._batch = batch
         self._chunk = max(1, min(CHUNK, math.ceil(batch / workers)))
         self._skipped = 0
@@ -139,7 +146,7 @@ class Reparser:
         links = await self._route(results, run)
         results = [await self._claimed(r) for r in results]
         changed = [reread_ for r in results if (reread_ := self._changed(r)) is not None]
-        await asyncio.to_thread(
+        written = await asyncio.to_thread(
             self._store.commit,
             run,
             changed,
@@ -148,6 +155,23 @@ class Reparser:
             failed=len(missing),
             links=links,
         )
+        if written and self._feed is not None:
+            await self._announce(written)
+
+    async def _announce(self, versions: Sequence[Version]) -> None:
+        """The batch's new versions to the change feed, confirmed, as a worker publishes its own; a
+        broker that does not confirm them after a few tries stops the run (FeedError)."""
+        assert self._feed is not None
+        for attempt in range(1, FEED_TRIES + 1):
+            try:
+                return await self._feed.announce_all(versions)
+            except FeedError as exc:
+                if attempt == FEED_TRIES:
+                    raise FeedError(
+                        f"reparse: {exc}; the change feed missed {len(versions)} versions"
+                    ) from exc
+                log.warning("reparse: %s; publishing the batch's versions again", exc)
+                await asyncio.sleep(FEED_WAIT * attempt)
 
     def _warn(self, results: Sequence[Result]) -> None:
         """One line per file with unreadable records, and per domain no longer configured, the first

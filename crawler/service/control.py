@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from crawler.archive import Stored, read
 from crawler.archive.source import ArchiveSource
@@ -23,8 +23,7 @@ from crawler.frontier.crawls import (
     CrawlOptions,
     CrawlState,
     Span,
-    pending,
-    sitemaps_pending,
+    reported,
 )
 from crawler.frontier.urls import canonicalise
 from crawler.gateway.report import GatewayStatus, gateways
@@ -33,11 +32,11 @@ from crawler.monitor.status import status
 from crawler.scheduler.running import scheduling
 from crawler.service.health import DomainHealth, domain_health
 from crawler.settings import Settings
-from crawler.sink.crawls import CrawlRecord, CrawlStore
+from crawler.sink.crawls import OPEN, CrawlRecord, CrawlStore
 from crawler.sink.crawls import CrawlState as State
 from crawler.sink.domains import DomainStore
 from crawler.sink.history import PageHistory, PageState, StoredVersion
-from crawler.sink.sql import migrate
+from crawler.sink.sql import check_schema, migrate
 from crawler.worker import wiring
 
 
@@ -153,29 +152,9 @@ class FleetView:
     freshness: list[Freshness]
 
 
+Schema = Literal["upgrade", "check", "none"]
 SERIES_POINTS = 120  # most points of a crawl's pages-over-time series
 STATUS_FRESH = 1.0  # seconds a read of the fleet's status serves every caller
-
-
-def _reported(counts: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    return {
-        domain: {
-            "ok": c.get("ok", 0),
-            "failed": c.get("failed", 0),
-            "retrying": c.get("retrying", 0),
-            "dead": c.get("dead", 0),
-            "skipped": c.get("skipped", 0),
-            "pending": pending(c),
-        }
-        for domain, c in sorted(counts.items())
-    }
-
-
-def _done(counts: dict[str, dict[str, int]]) -> bool:
-    """Whether everything a crawl queued has come to an outcome."""
-    return bool(counts) and all(
-        pending(c) == 0 and sitemaps_pending(c) == 0 and c.get("retrying", 0) <= 0 for c in counts.values()
-    )
 
 
 def check_crawl(config: CrawlConfig, new: NewCrawl) -> tuple[list[str], tuple[str, ...] | None]:
@@ -217,10 +196,15 @@ class Control:
 
     @classmethod
     @asynccontextmanager
-    async def open(cls, settings: Settings, config: CrawlConfig, role: str) -> AsyncIterator[Control]:
-        """Connect to RabbitMQ, Redis and the database (migrated), and declare the topology."""
+    async def open(
+        cls, settings: Settings, config: CrawlConfig, role: str, schema: Schema = "upgrade"
+    ) -> AsyncIterator[Control]:
+        """Connect to RabbitMQ, Redis and the database, and declare the topology. The database's
+        `schema` is upgraded, or checked to be the newest (a command that reads creates none), or left
+        alone ("none": the verbs used read no table, the dead letters' say)."""
         config = with_dedup_mode(config, settings.dedup)
-        await asyncio.to_thread(migrate, settings.database_url)
+        if schema != "none":
+            await asyncio.to_thread(migrate if schema == "upgrade" else check_schema, settings.database_url)
         async with AsyncExitStack() as stack:
             f = await stack.enter_async_context(wiring.frontier(settings, role, config))
             store = CrawlStore(settings.database_url)
@@ -263,8 +247,6 @@ class Control:
         records = records[:limit]
         credits = await asyncio.to_thread(self._store.credits, [r.id for r in records])
         views = [await self._view(r, credits.get(r.id)) for r in records]
-        # A running crawl found done is finished by its view: it leaves a list of running ones.
-        views = [v for v in views if state is None or v.state == state]
         return CrawlsView(views, records[-1].id if more else None)
 
     async def get_crawl(self, crawl: str) -> CrawlView:
@@ -287,10 +269,10 @@ class Control:
     async def cancel_crawl(self, crawl: str) -> CrawlView:
         """Cancel a running crawl fleet-wide; once this returns no consumer starts a fetch of it."""
         record = await self._record(crawl)
-        if record.state == "running":
+        if record.state in OPEN:
             # Redis first: workers check it before each fetch. From here its counts are frozen.
             await self._state.cancel(crawl)
-            counts = _reported(await self._state.counts(crawl))
+            counts = reported(await self._state.counts(crawl))
             await asyncio.to_thread(self._store.end, crawl, "cancelled", counts)
         return await self.get_crawl(crawl)
 
@@ -299,7 +281,7 @@ class Control:
         record = await self._record(crawl)
         # Its id stays in the cancelled set: messages still queued are acked unfetched.
         await self._state.cancel(crawl)
-        if record.state == "running":
+        if record.state in OPEN:
             await asyncio.to_thread(self._store.end, crawl, "cancelled", {})
         await asyncio.to_thread(self._store.delete, crawl, purge)
         await self._state.forget(crawl)
@@ -311,11 +293,9 @@ class Control:
         return record
 
     async def _view(self, record: CrawlRecord, credits: float | None = None) -> CrawlView:
+        # A view decides nothing: the worker whose count ends a crawl marks it finished, at that moment.
         if record.state == "running":
-            live = await self._state.counts(record.id)
-            counts = _reported(live)
-            if _done(live) and await asyncio.to_thread(self._store.end, record.id, "finished", counts):
-                record = await self._record(record.id)
+            counts = reported(await self._state.counts(record.id))
         else:
             counts = record.counts or {}
         return CrawlView(

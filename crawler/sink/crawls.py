@@ -15,8 +15,11 @@ from crawler.errors import SinkError
 from crawler.sink.sql import create_sink_engine, engine_url, first_line
 from crawler.sink.tables import Base, Page
 
-CrawlState = Literal["running", "finished", "cancelled"]
-STATES: tuple[CrawlState, ...] = ("running", "finished", "cancelled")
+# `interrupted`: its work was stopped before it ended (Ctrl-C, a fetch service that refused, a reset);
+# what it left queued may still be crawled, and then it finishes.
+CrawlState = Literal["running", "finished", "cancelled", "interrupted"]
+STATES: tuple[CrawlState, ...] = ("running", "finished", "cancelled", "interrupted")
+OPEN: tuple[CrawlState, ...] = ("running", "interrupted")  # states a crawl may still end from
 T = TypeVar("T")
 
 
@@ -145,10 +148,15 @@ class CrawlStore:
         return self._session(work)
 
     def end(self, crawl: str, state: CrawlState, counts: dict[str, dict[str, int]]) -> bool:
-        """Mark a running crawl ended with its final counts; False if it was not running."""
+        """Mark a crawl ended (at this moment) with its counts then; False if it had ended already.
+
+        One atomic update: whoever sees the end first decides it. Only a running crawl is interrupted;
+        an interrupted one may still finish (its leftovers crawled) or be cancelled.
+        """
+        open_states = ("running",) if state == "interrupted" else OPEN
         stmt = (
             update(Crawl)
-            .where(Crawl.id == crawl, Crawl.state == "running")
+            .where(Crawl.id == crawl, Crawl.state.in_(open_states))
             .values(state=state, finished_at=datetime.now(UTC), counts=counts)
         )
         return self._session(lambda s: bool(s.execute(stmt).rowcount > 0))  # type: ignore[attr-defined]

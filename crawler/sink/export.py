@@ -13,7 +13,7 @@ import hashlib
 import io
 import json
 import sys
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,6 +31,7 @@ from crawler.storage import PartWriter
 FORMATS = ("jsonl", "csv", "parquet")
 BATCH = 2_000
 UPLOAD_BUFFER = 1 << 20  # text gathered before it goes to an upload's part buffer
+DATA_PREFIX = "data."  # a CSV or Parquet column of an extracted field: this, then the field's name
 COLUMNS = (
     "id",
     "url",
@@ -117,9 +118,10 @@ class _FieldColumns:
         for key, value in data.items():
             self.kinds.setdefault(key, set()).add(_kind(value))
 
-    def names(self, fixed: Collection[str]) -> dict[str, str]:
-        """Field -> its column's name (a field named like a fixed column gets a `data.` prefix)."""
-        return {key: f"data.{key}" if key in fixed else key for key in self.kinds}
+    def names(self) -> dict[str, str]:
+        """Field -> its column's name: `data.` and the field, every one alike (a field may be named like
+        a fixed column, `title` say, and a reader tells them apart by the prefix alone)."""
+        return {key: f"{DATA_PREFIX}{key}" for key in self.kinds}
 
 
 def _kind(value: Any) -> str:
@@ -296,7 +298,7 @@ def _inert(value: Any) -> Any:
 
 def _csv(engine: Any, query: Query, stream: IO[str], batch: int) -> int:
     shape = _shape(query)
-    names = _field_columns(engine, query, batch).names(shape.columns)
+    names = _field_columns(engine, query, batch).names()
     writer = csv.writer(stream)
     writer.writerow([_inert(name) for name in (*shape.columns, *names.values())])
     count = 0
@@ -324,7 +326,7 @@ def _parquet(engine: Any, query: Query, out: Path | PartWriter, batch: int) -> i
     shape = _shape(query)
     fixed = list(shape.columns)
     fields = _field_columns(engine, query, batch)
-    names = fields.names(fixed)
+    names = fields.names()
     types = {"int64": pa.int64(), "int32": pa.int32(), "time": pa.timestamp("us", tz="UTC")}
     schema_fields = [
         pa.field(name, types[shape.types[name]] if name in shape.types else pa.string()) for name in fixed

@@ -184,12 +184,12 @@ class ReparseStore:
 
     def commit(
         self, run: Run, rereads: Sequence[Reread], *, cursor: int, pages: int, failed: int, links: int
-    ) -> None:
-        """Store the pages whose reading changed, their versions, and the run's cursor, together."""
+    ) -> list[versions.Version]:
+        """Store the pages whose reading changed, their versions, and the run's cursor, together;
+        the versions written (for the change feed)."""
 
-        def commit(conn: Connection) -> None:
-            if rereads:
-                self._store(conn, rereads)
+        def commit(conn: Connection) -> list[versions.Version]:
+            written = self._store(conn, rereads) if rereads else []
             conn.execute(
                 update(Reparse)
                 .where(Reparse.id == run.id)
@@ -201,15 +201,17 @@ class ReparseStore:
                     links=Reparse.links + links,
                 )
             )
+            return written
 
-        self._run("storing re-read pages", commit)
+        written = self._run("storing re-read pages", commit)
         run.last_page_id = cursor
         run.pages += pages
         run.changed += len(rereads)
         run.failed += failed
         run.links += links
+        return written
 
-    def _store(self, conn: Connection, rereads: Sequence[Reread]) -> None:
+    def _store(self, conn: Connection, rereads: Sequence[Reread]) -> list[versions.Version]:
         rows = {
             r.target.url: {
                 "b_id": r.target.id,
@@ -255,7 +257,8 @@ class ReparseStore:
             conn.execute(
                 update(Page).where(Page.id == bindparam("b_id")).values(version=bindparam("version")), numbers
             )
-            versions.write(conn, planned)
+            return list(versions.write(conn, planned).values())
+        return []
 
     def finish(self, run: Run, now: datetime) -> None:
         """Mark the run done: the same command later starts a new one."""

@@ -14,6 +14,8 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine, make_url
@@ -365,12 +367,45 @@ def migrations_dir() -> Path:
     return Path(crawler.__file__).parent.parent / "migrations"
 
 
-def migrate(database_url: str) -> None:
-    """Upgrade the database schema to the newest migration; safe to run concurrently."""
-    url = engine_url(database_url)
+def _alembic() -> Config:
     config = Config()
     # configparser would treat '%' as interpolation, hence the escape.
     config.set_main_option("script_location", str(migrations_dir()).replace("%", "%%"))
+    return config
+
+
+def check_schema(database_url: str) -> None:
+    """ConfigError unless the database exists with the newest schema: a command that only reads
+    creates neither (a SQLite file in the wrong folder, a schema nobody upgraded)."""
+    url = engine_url(database_url)
+    fix = "run `crawler db upgrade` (or set CRAWLER_DATABASE_URL to the crawl's database)"
+    file = url.database if url.get_backend_name() == "sqlite" else None
+    # Connecting makes an empty file where there was none (in a folder that exists: else it fails).
+    if file and file != ":memory:" and Path(file).parent.is_dir() and not Path(file).exists():
+        raise ConfigError(f"no database at {file}: {fix}")
+    engine = create_sink_engine(url)
+    try:
+        with engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+    except DBAPIError as exc:
+        raise ServiceUnavailable(f"cannot connect to database {_redact(url)}: {first_line(exc)}") from exc
+    finally:
+        engine.dispose()
+    scripts = ScriptDirectory.from_config(_alembic())
+    if current is None:
+        raise ConfigError(f"database {_redact(url)} has no crawler schema: {fix}")
+    known = {s.revision for s in scripts.walk_revisions()}
+    if current in known and current != scripts.get_current_head():
+        # A revision this version does not know is newer: reading it is the newer version's call.
+        raise ConfigError(
+            f"database {_redact(url)} has an older schema ({current}): run `crawler db upgrade`"
+        )
+
+
+def migrate(database_url: str) -> None:
+    """Upgrade the database schema to the newest migration; safe to run concurrently."""
+    url = engine_url(database_url)
+    config = _alembic()
     engine = create_sink_engine(url)
     try:
         try:

@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 from crawler.sink.tables import Page, PageVersion
 
 Kind = Literal["new", "changed", "gone", "back", "reparse"]
+CHANGES: tuple[Kind, ...] = ("changed", "reparse")  # kinds whose feed message says what changed
 GONE = frozenset({404, 410})
 
 
@@ -152,7 +153,7 @@ def write(conn: Connection, planned: Mapping[str, Planned]) -> dict[str, Version
                 "crawl_id": p.row["crawl_id"],
             }
         )
-        diff = changes(p.latest, p.row) if p.kind == "changed" and p.latest is not None else None
+        diff = changes(p.latest, p.row) if p.kind in CHANGES and p.latest is not None else None
         written[url] = Version(
             ids[url], url, p.row["domain"], p.row["crawl_id"], p.number, p.row["fetched_at"], p.kind, diff
         )
@@ -175,7 +176,7 @@ def after(conn: Connection, url: str, number: int) -> list[Version]:
     for page_id, domain, n, kind, fetched_at, crawl, status, signature, title, data in found:
         if n > number:
             diff = None
-            if kind == "changed" and before is not None:
+            if kind in CHANGES and before is not None:
                 diff = changes(before, {"title": title, "data": data})
             out.append(Version(page_id, url, domain, crawl, n, fetched_at, kind, diff))
         before = Latest(page_id, n, status, signature, title, data)

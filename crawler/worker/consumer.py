@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from crawler.frontier.sitemaps import SitemapTasks
 from crawler.monitor import readings
 from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import CLOSE_WAIT, Names
+from crawler.sink.crawls import CrawlStore
 from crawler.sink.domains import DomainStore
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.schedule import Schedule
@@ -59,7 +61,7 @@ from crawler.worker.subscriptions import Subscriptions
 from crawler.worker.tracing import step
 from crawler.worker.tuning import DEFAULT_TUNING, Tuning
 
-__all__ = ["Consumer", "DomainStats", "Parts"]
+__all__ = ["Consumer", "DomainStats", "Ending", "Parts"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,17 @@ class Parts:
     schedule: Schedule | None = None  # to refresh pages a sitemap's lastmod moved
     domain_state: DomainStore | None = None  # pauses and back-offs beyond Redis; None: Redis alone
     backoffs: KeptBackoffs | None = None  # the back-offs kept there, as this worker read them
+    crawl_records: CrawlStore | None = None  # the crawls' records, marked when a count ends one
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a consumer's run ended: `stopped` (by stop(): a signal, named in `signal`) rather than
+    drained, and the domains the fetch service `halted` (domain -> why: a rejected key, a spent budget)."""
+
+    stopped: bool
+    halted: dict[str, str]
+    signal: signal.Signals | None = None
 
 
 class Consumer:
@@ -138,6 +151,7 @@ class Consumer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._stop = asyncio.Event()
+        self._stopped_by: signal.Signals | None = None
         self.holds = Holds(
             self.subscriptions, parts.crawls, lambda: self.config.budget_pause, self._stop.is_set
         )
@@ -155,6 +169,10 @@ class Consumer:
     def summary(self) -> dict[str, DomainStats]:
         """This consumer's outcomes per domain, from the same counts as its metrics."""
         return readings.summary(self.metrics, self.domains)
+
+    def ending(self) -> Ending:
+        """How run() ended (once it returned)."""
+        return Ending(self._stop.is_set(), dict(self.holds.halted), self._stopped_by)
 
     async def run(self) -> None:
         """Declare the topology, consume until stopped or drained, then return what is in flight."""
@@ -233,8 +251,10 @@ class Consumer:
                 CLOSE_WAIT,
             )
 
-    def stop(self) -> None:
-        """Stop taking deliveries; run() returns once in-flight messages are done or returned."""
+    def stop(self, sig: signal.Signals | None = None) -> None:
+        """Stop taking deliveries (for the signal `sig`, if one); run() returns once in-flight messages
+        are done or returned."""
+        self._stopped_by = self._stopped_by or sig
         self._stop.set()
 
     async def apply(self, config: CrawlConfig) -> None:

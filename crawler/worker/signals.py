@@ -17,9 +17,11 @@ EXIT_ABORTED = 3  # a second signal: exit at once, unacked messages go back to t
 
 
 @contextlib.contextmanager
-def drain_on_signals(stop: Callable[[], None], reload: Callable[[], None], grace: float) -> Iterator[None]:
-    """For the block: SIGTERM/SIGINT call `stop` (a second one exits now), SIGHUP calls `reload`; a
-    SIGTERM that came while the process started drains at once."""
+def drain_on_signals(
+    stop: Callable[[signal.Signals], None], reload: Callable[[], None], grace: float
+) -> Iterator[None]:
+    """For the block: SIGTERM/SIGINT call `stop` with the signal (a second one exits now), SIGHUP calls
+    `reload`; a SIGTERM that came while the process started drains at once."""
     loop = asyncio.get_running_loop()
     received = 0
 
@@ -30,7 +32,7 @@ def drain_on_signals(stop: Callable[[], None], reload: Callable[[], None], grace
             log.warning("second %s: exiting now; unacked messages return to their queues", sig.name)
             os._exit(EXIT_ABORTED)
         log.info("%s: finishing in-flight messages (up to %.0fs); again to exit now", sig.name, grace)
-        stop()
+        stop(sig)
 
     loop.add_signal_handler(signal.SIGHUP, reload)
     try:

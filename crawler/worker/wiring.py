@@ -32,6 +32,7 @@ from crawler.frontier.urls import canonicalise, host_of
 from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import Names
 from crawler.settings import Settings
+from crawler.sink.crawls import CrawlStore
 from crawler.sink.domains import DomainStore
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.schedule import Schedule
@@ -41,7 +42,7 @@ from crawler.webhooks import delivering
 from crawler.worker.admission import Admission
 from crawler.worker.archiving import Archiving, ArchivingFetcher, archive_for
 from crawler.worker.backoffs import KeptBackoffs
-from crawler.worker.consumer import Consumer, Parts
+from crawler.worker.consumer import Consumer, Ending, Parts
 from crawler.worker.content import Contents, contents
 from crawler.worker.cost import Cost
 from crawler.worker.live import LiveConfig
@@ -60,6 +61,14 @@ class Frontier:
     redis: Redis
     seen: SeenStore
     recovery: Recovery  # rebuilds the dedup store from the sink if Redis loses it
+
+
+@dataclass(frozen=True, slots=True)
+class Consumed:
+    """What consume() did: its outcomes per domain, and how it ended."""
+
+    stats: dict[str, DomainStats]
+    ending: Ending
 
 
 @asynccontextmanager
@@ -141,6 +150,7 @@ def parts(
     quota = PageQuota(f.redis, names)
     # Pauses and back-offs kept where a Redis loss cannot reach them.
     domain_state = DomainStore(database_url) if database_url else None
+    records = CrawlStore(database_url) if database_url else None
     backoffs = KeptBackoffs(domain_state) if domain_state else None
     visit = visitor(live, f.redis, names, fetcher, archiving, backoffs, content)
     admission = Admission(f.redis, names, visit.limiter, visit.robots, live.rules)
@@ -151,7 +161,7 @@ def parts(
         quota,
         cost,
         GroupCommit(sink),
-        CrawlState(f.redis, names, domain_state),
+        CrawlState(f.redis, names, domain_state, records),
         f.recovery,
         admission,
         f.redis,
@@ -159,6 +169,7 @@ def parts(
         Schedule(database_url) if database_url else None,
         domain_state,
         backoffs,
+        records,
     )
 
 
@@ -319,11 +330,13 @@ async def consume(
     monitoring: Monitoring | None = None,
     tuning: Tuning = DEFAULT_TUNING,
     more: Callable[[], bool] = lambda: False,
-) -> dict[str, DomainStats]:
+    crawl: str | None = None,
+) -> Consumed:
     """Consume the chosen domains' queues (after routing `seeds`) until stopped or drained.
 
     With `config_path`, edits of that file (or SIGHUP) reconfigure the running consumer. In burst
-    mode, `more()` says work is still to come from outside the queues: not drained while it does.
+    mode, `more()` says work is still to come from outside the queues: not drained while it does,
+    and `crawl` (the one this process began) is marked finished once drained, interrupted if not.
     """
     monitoring = monitoring or Monitoring()
     config = with_dedup_mode(config, settings.dedup)
@@ -369,7 +382,7 @@ async def consume(
             archive,
             content,
         )
-        for closing in (made.sitemap_store, made.schedule, made.domain_state):
+        for closing in (made.sitemap_store, made.schedule, made.domain_state, made.crawl_records):
             if closing is not None:
                 stack.callback(closing.close)
         consumer = Consumer(
@@ -408,12 +421,25 @@ async def consume(
         if canonical_seeds:
             await seed_into(f, settings, config, canonical_seeds, None)
         await consumer.run()
-        return consumer.summary()
+        ending = consumer.ending()
+        if burst and crawl is not None and made.crawls is not None:
+            # Drained, its work is over whatever its counts say; stopped or halted, it is not.
+            await made.crawls.end(crawl, "interrupted" if ending.stopped or ending.halted else "finished")
+        return Consumed(consumer.summary(), ending)
 
 
 async def reset(settings: Settings, config: CrawlConfig) -> None:
-    """Forget what was seen and purge the work queues, so the next seeds start a fresh crawl."""
+    """Forget what was seen and purge the work queues, so the next seeds start a fresh crawl; the
+    crawls still running are marked interrupted first, with their counts (which go with the rest)."""
+    await asyncio.to_thread(migrate, settings.database_url)
     async with frontier(settings, "crawler reset") as f:
+        records = CrawlStore(settings.database_url)
+        try:
+            crawls = CrawlState(f.redis, settings.names, records=records)
+            for record in await asyncio.to_thread(records.list, "running"):
+                await crawls.end(record.id, "interrupted")
+        finally:
+            records.close()
         await declare_topology(f, settings, config)
         channel = await f.connection.channel()
         try:

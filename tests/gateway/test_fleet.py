@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -210,6 +211,55 @@ async def test_a_rejected_key_stops_the_domain_and_loses_nothing(
     )
     assert await dead_letters(settings) == []
     assert site.log == []
+
+
+@pytest.mark.timeout(180)
+async def test_crawl_with_a_rejected_key_exits_2_saying_why_and_marks_the_crawl_interrupted(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str, proxies: list[ForwardProxy]
+) -> None:
+    from demo.site import free_port
+
+    site = await BanningSite("127.0.0.21", pages=5, limit=100).start()
+    settings = Settings(
+        amqp_url, REDIS_URL, sqlite_url, str(write_domains(tmp_path / "d.yaml", site)), prefix
+    )
+    port = free_port("127.0.0.48")
+    gw = gateway(settings, write_proxies(tmp_path / "p.yaml", proxies), port)
+    env = env_for(settings) | {
+        "CRAWLER_FETCH_API_URL": f"http://127.0.0.48:{port}/fetch",
+        "CRAWLER_FETCH_API_KEY": "not-the-key",
+    }
+    try:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            await until(lambda: _healthy(client, port), what="gateway up", within=30)
+        crawl = await asyncio.to_thread(
+            subprocess.run,
+            crawler_command("crawler", "crawl", site.url("a.test")),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        listed = await asyncio.to_thread(
+            subprocess.run,
+            crawler_command("crawler", "crawls", "list", "--json"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        gw.terminate()
+        gw.communicate(timeout=30)
+        await site.close()
+    assert crawl.returncode == 2, crawl.stderr
+    errors = [line for line in crawl.stderr.splitlines() if line.startswith("crawler: error:")]
+    assert len(errors) == 1, crawl.stderr
+    assert "cannot fetch a.test" in errors[0] and "answered 401" in errors[0] and "stay queued" in errors[0]
+    assert "not-the-key" not in crawl.stderr + crawl.stdout
+    assert await queue_depth(amqp_url, Names(prefix).domain_queue("a.test")) == 1
+    [view] = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert view["state"] == "interrupted" and view["finished"] is not None, view
 
 
 def _until_line(process: subprocess.Popen[str], text: str) -> tuple[None, str]:

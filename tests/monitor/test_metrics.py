@@ -291,13 +291,15 @@ async def test_counts_of_a_crawl_match_the_sink_retries_and_dead_letters_include
     config = load_config(settings.config_path)
     metrics = Metrics()
     with serve(*sites):
-        stats = await wiring.consume(
-            settings,
-            config,
-            burst=True,
-            seeds=[sites[0].url(), sites[0].url("/flaky")],
-            monitoring=Monitoring(metrics=metrics, sample_every=0.2),
-        )
+        stats = (
+            await wiring.consume(
+                settings,
+                config,
+                burst=True,
+                seeds=[sites[0].url(), sites[0].url("/flaky")],
+                monitoring=Monitoring(metrics=metrics, sample_every=0.2),
+            )
+        ).stats
     samples = parse(generate_latest(metrics.registry).decode())
     rows = stored(sqlite_url)
     by_class = Tally(status_class(status) for _, status, _ in rows)

@@ -60,6 +60,7 @@ async def test_queue_depths_with_the_management_api_and_without_it(
     sites = shops(products=3)
     settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", sites))
     config = load_config(settings.config_path)
+    await asyncio.to_thread(migrate, sqlite_url)  # a status read creates no schema
     a, b = sites[0], sites[1]
     await seed(settings, a.url(), a.url("/product/1"), a.url("/product/2"), b.url())
     names = Names(prefix)
@@ -224,6 +225,13 @@ def test_render_shows_queues_rates_and_workers() -> None:
         assert state in line
     assert "unacked unknown" not in text
     assert "archive uploads" not in text  # no worker uploads: no column
+    # Subscriptions are labelled as such; live workers holding none say why a queue shows 0.
+    assert text.splitlines()[0].split()[3] == "subscribed" and "subscribed to no" not in text
+    idle = {
+        **SAMPLE,
+        "domains": [{**SAMPLE["domains"][0], "queue": {**SAMPLE["domains"][0]["queue"], "consumers": 0}}],
+    }
+    assert "workers: 1 live, 1 late, 1 gone (subscribed to no domain queue: paused" in render(idle)
 
 
 def test_render_shows_a_workers_archive_uploads_waiting_and_failing() -> None:
@@ -318,6 +326,7 @@ async def test_watch_refreshes_until_interrupted(
 ) -> None:
     sites = shops(products=1)
     settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", sites))
+    await asyncio.to_thread(migrate, sqlite_url)
     out = _Terminal() if terminal else io.StringIO()
     console = Console(file=out, width=160, force_terminal=terminal)
     task = asyncio.create_task(watch(settings, load_config(settings.config_path), 0.05, console))
@@ -343,6 +352,7 @@ def test_status_of_an_unreachable_redis_is_a_clear_error(
 ) -> None:
     sites = shops(products=1)
     settings = settings_for(amqp_url, "x", sqlite_url, write_config(tmp_path / "d.yaml", sites))
+    migrate(sqlite_url)
     result = run("crawler", ["status"], replace(settings, redis_url="redis://127.0.0.1:9/0"), timeout=60)
     assert result.returncode == 2
     assert "cannot connect to Redis at redis://127.0.0.1:9/0: connection refused" in result.stderr

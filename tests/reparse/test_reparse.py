@@ -5,12 +5,14 @@ or not, within their crawl's limits; missing records."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import pytest
 import sqlalchemy as sa
 import yaml
@@ -30,7 +32,7 @@ from crawler.sink.reparsed import ReparseStore, Selection
 from crawler.worker import wiring
 from tests.scheduler.test_recrawl import rows
 from tests.support.fresh import FreshSite, Page, fresh_site, serving
-from tests.support.services import crawler_command, env_for, queue_depth, settings_for
+from tests.support.services import crawler_command, drain, env_for, queue_depth, settings_for
 from tests.support.wait import until
 
 N = 40
@@ -162,8 +164,21 @@ async def test_reparse_after_editing_extract_updates_every_row_asks_the_site_not
         requests = len(site.hits)
         for key, value in env_for(settings).items():
             monkeypatch.setenv(key, value)
-        assert await asyncio.to_thread(cli.main, ["reparse", "--workers", "2"]) == 0
+        async with await aio_pika.connect(amqp_url) as connection:
+            channel = await connection.channel()
+            feed = await channel.declare_queue(exclusive=True)
+            await feed.bind(settings.names.changes, "#")
+            assert await asyncio.to_thread(cli.main, ["reparse", "--workers", "2"]) == 0
+            published = await drain(channel, feed.name)
         assert len(site.hits) == requests  # nothing fetched
+    # Every version the run made reached the change feed, saying what changed.
+    news = [json.loads(m.body) for m in published]
+    assert sorted(n["url"] for n in news) == sorted(site.url(p) for p in site.pages)
+    assert {(m.type, n["kind"], n["version"]) for m, n in zip(published, news, strict=True)} == {
+        ("reparse", "reparse", 2)
+    }
+    by_url = {n["url"]: n for n in news}
+    assert by_url[site.url("/p/3")]["changes"]["price"] == {"old": None, "new": 3.5}
     printed = capsys.readouterr().out
     assert f"{N + 1} pages read again: {N + 1} changed" in printed and f"{N} links routed" in printed
     after = rows(sqlite_url)

@@ -118,12 +118,14 @@ def test_csv_has_a_column_per_field(filled: str, tmp_path: Path) -> None:
     assert export(filled, "csv", out, Query(domain="shop.test"), batch=1) == 2
     with out.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0])[-6:] == ["name", "price", "stock", "tags", "data.title", "reviews"]
-    by_name = {r["name"]: r for r in rows}
-    assert by_name["Lamp"]["price"] == "1299.0" and by_name["Lamp"]["tags"] == '["a", "b"]'
+    # Every field under one rule: `data.` and its name, a field named like a fixed column too.
+    fields = ["data.name", "data.price", "data.stock", "data.tags", "data.title", "data.reviews"]
+    assert list(rows[0])[-6:] == fields
+    by_name = {r["data.name"]: r for r in rows}
+    assert by_name["Lamp"]["data.price"] == "1299.0" and by_name["Lamp"]["data.tags"] == '["a", "b"]'
     assert by_name["Lamp"]["data.title"] == "T" and by_name["Lamp"]["title"] == "Lamp"
     desk = by_name['Desk, "oak"']
-    assert desk["price"] == "" and json.loads(desk["reviews"]) == [{"a": "Ann", "r": 5}]
+    assert desk["data.price"] == "" and json.loads(desk["data.reviews"]) == [{"a": "Ann", "r": 5}]
     assert desk["error"] == "extraction: required field 'price' missing"
 
 
@@ -153,10 +155,10 @@ async def test_csv_cells_a_spreadsheet_would_run_are_made_inert(sqlite_url: str,
     export(sqlite_url, "csv", out)
     with out.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    assert sorted(r["name"] for r in rows) == sorted("'" + t for t in hostile)
-    assert all(r["title"] == r["name"] for r in rows)
-    assert {r["price"] for r in rows} == {"-5.0"}  # a number stays a number
-    assert "'data.=cmd" in rows[0] or "'=cmd" in rows[0]  # a field's name is a cell too
+    assert sorted(r["data.name"] for r in rows) == sorted("'" + t for t in hostile)
+    assert all(r["title"] == r["data.name"] for r in rows)
+    assert {r["data.price"] for r in rows} == {"-5.0"}  # a number stays a number
+    assert "data.=cmd" in rows[0]  # a field's name is a cell too: prefixed, it is inert
 
 
 def test_parquet_has_typed_columns(filled: str, tmp_path: Path) -> None:
@@ -164,14 +166,14 @@ def test_parquet_has_typed_columns(filled: str, tmp_path: Path) -> None:
     assert export(filled, "parquet", out, batch=2) == 3
     table = pq.read_table(out)
     assert table.num_rows == 3
-    assert str(table.schema.field("price").type) == "double"
-    assert str(table.schema.field("stock").type) == "int64"
-    assert str(table.schema.field("tags").type) == "string"
+    assert str(table.schema.field("data.price").type) == "double"
+    assert str(table.schema.field("data.stock").type) == "int64"
+    assert str(table.schema.field("data.tags").type) == "string"
     assert str(table.schema.field("fetched_at").type) == "timestamp[us, tz=UTC]"
     rows = {r["url"]: r for r in table.to_pylist()}
-    assert rows["https://shop.test/p/1"]["stock"] == 3
+    assert rows["https://shop.test/p/1"]["data.stock"] == 3
     assert rows["https://shop.test/p/1"]["fetched_at"] == T0
-    assert rows["https://blog.test/"]["price"] is None
+    assert rows["https://blog.test/"]["data.price"] is None
 
 
 def test_filters(filled: str, tmp_path: Path) -> None:
@@ -337,8 +339,8 @@ def test_history_as_csv_and_parquet_has_the_data_fields(versioned: str, tmp_path
     assert export(versioned, "csv", tmp_path / "v.csv", Query(history=True), batch=3) == 7
     with (tmp_path / "v.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == [*VERSION_COLUMNS, "price", "stock", "sku"]
-    assert [r["sku"] for r in rows if r["url"] == versions.LAMP] == ["a1", "a2", "a3"]
+    assert list(rows[0]) == [*VERSION_COLUMNS, "data.price", "data.stock", "data.sku"]
+    assert [r["data.sku"] for r in rows if r["url"] == versions.LAMP] == ["a1", "a2", "a3"]
     assert export(versioned, "parquet", tmp_path / "v.parquet", Query(history=True), batch=3) == 7
     table = pq.read_table(tmp_path / "v.parquet")
     types = {name: str(table.schema.field(name).type) for name in ("page_id", "version", "fetched_at")}

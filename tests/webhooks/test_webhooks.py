@@ -99,7 +99,7 @@ async def test_every_version_of_a_crawl_is_posted_signed_and_a_hanging_receiver_
         config = load_config(config_path)
         receiver.open.clear()  # it takes every POST and answers none: the crawl goes on regardless
         with serving(site):
-            stats = await wiring.consume(settings, config, burst=True, seeds=[site.url()])
+            stats = (await wiring.consume(settings, config, burst=True, seeds=[site.url()])).stats
         assert sum(s.ok for s in stats.values()) == 14  # and the 404
         versions = version_ids(sqlite_url)
         assert len(versions) == 14  # every page but the 404

@@ -313,13 +313,15 @@ async def test_one_consumer_serves_hundreds_of_domain_queues_over_several_connec
     domains = sorted(load_config(path).domains)
     caplog.set_level(logging.INFO, logger="crawler.worker.subscriptions")
     with serve(site):
-        stats = await wiring.consume(
-            settings,
-            load_config(path),
-            burst=True,
-            seeds=[f"http://{d}:{site.port}/" for d in domains],
-            tuning=tuning,
-        )
+        stats = (
+            await wiring.consume(
+                settings,
+                load_config(path),
+                burst=True,
+                seeds=[f"http://{d}:{site.port}/" for d in domains],
+                tuning=tuning,
+            )
+        ).stats
     expected = {f"http://{d}:{site.port}{p}" for d in domains for p in ("/", "/p1")}
     rows = stored(sqlite_url)
     assert sorted(r[0] for r in rows) == sorted(expected)  # every domain crawled, each page once

@@ -1,6 +1,6 @@
 """A page's content: main content as Markdown and text, language, simhash, near-duplicate, refusal.
 
-Revision ID: 0012
+Revision ID: 0011
 Revises: 0010
 Create Date: 2026-12-06
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0012"
+revision: str = "0011"
 down_revision: str | Sequence[str] | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
