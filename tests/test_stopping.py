@@ -108,6 +108,8 @@ def start(program: str, settings: Settings, tmp_path: Path, port: int) -> subpro
         )
     else:
         argv = crawler_command(*program.split(" ", 1)[:1], *program.split()[1:])
+    # A program that hangs is sent SIGABRT: faulthandler then prints where each of its threads is.
+    env["PYTHONFAULTHANDLER"] = "1"
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -130,8 +132,12 @@ async def sigterm_at(program: str, point: str, settings: Settings, tmp_path: Pat
         try:
             _, err = await asyncio.to_thread(process.communicate, timeout=90)
         except subprocess.TimeoutExpired:
-            process.kill()
-            still = process.communicate()[1]
+            process.send_signal(signal.SIGABRT)
+            try:
+                still = process.communicate(timeout=10)[1]
+            except subprocess.TimeoutExpired:
+                process.kill()
+                still = process.communicate()[1]
             raise AssertionError(f"{program}, SIGTERM at {point}: still running\n{still}") from None
         return process.returncode, err
     finally:
