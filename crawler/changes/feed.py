@@ -1,10 +1,11 @@
 """Publishing a page's new version to the change feed, persistent and confirmed, before its ack.
 
 The body is JSON: `url`, `domain`, `crawl`, `version`, `fetched_at` (ISO 8601, UTC), `kind` (`new`,
-`changed`, `gone`, `back`, `reparse`) and, for `changed` and `reparse`, `changes`: {field: {"old": ...,
-"new": ...}}. The
-routing key is the configured domain; the AMQP `message_id` is `{page id}:{version}`, the same for
-every copy of one version, so a subscriber drops a copy it has seen (docs/history.md).
+`changed`, `gone`, `back`, `reparse`), for `changed` and `reparse`, `changes`: {field: {"old": ...,
+"new": ...}}, and, for a version with content (`content:` on), the page view's content fields, its
+Markdown and text left out of a body that would exceed MAX_BODY_BYTES. The routing key is the
+configured domain; the AMQP `message_id` is `{page id}:{version}`, the same for every copy of one
+version, so a subscriber drops a copy it has seen (docs/history.md).
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from crawler.frontier.publisher import Outgoing, Publisher
 from crawler.names import Names
 from crawler.sink.versions import Version
 
+# Above this, a body leaves out its Markdown and text (`content_too_large`; the page view has them):
+# RabbitMQ refuses a message over its max_message_size (16 MiB by default since 4.0) by closing the
+# channel, and every queue bound to the feed holds a copy of each body in the broker's memory.
+MAX_BODY_BYTES = 1 << 20
+
 
 def _utc(moment: datetime) -> str:
     # SQLite gives back naive times, stored as UTC.
@@ -44,6 +50,16 @@ def body(version: Version) -> bytes:
     }
     if version.changes is not None:
         out["changes"] = {name: {"old": old, "new": new} for name, (old, new) in version.changes.items()}
+    if version.content is not None:
+        out |= version.content
+        encoded = _json(out)
+        if len(encoded) <= MAX_BODY_BYTES:
+            return encoded
+        out |= {"markdown": None, "text": None, "content_too_large": True}
+    return _json(out)
+
+
+def _json(out: dict[str, object]) -> bytes:
     return json.dumps(out, ensure_ascii=False, separators=(",", ":")).encode()
 
 

@@ -17,7 +17,7 @@ from crawler.archive import Archived
 from crawler.errors import SinkError
 from crawler.sink import versions
 from crawler.sink.sql import clean_json, clean_text, create_sink_engine, engine_url, first_line
-from crawler.sink.tables import Page, Reparse
+from crawler.sink.tables import CONTENT, Page, Reparse
 
 T = TypeVar("T")
 
@@ -115,7 +115,7 @@ _TARGET = (
     *(Page.warc_file, Page.warc_offset, Page.warc_length, Page.warc_digest, Page.warc_date),
     *(Page.markdown, Page.text, Page.lang, Page.simhash, Page.content_refused, Page.near_duplicate_of),
 )
-CONTENT_FIELDS = ("markdown", "text", "lang", "simhash", "content_refused", "near_duplicate_of")
+CONTENT_FIELDS = CONTENT
 
 
 class ReparseStore:
@@ -236,6 +236,8 @@ class ReparseStore:
                 continue
             version = {**row, "url": r.target.url, "domain": r.target.domain, "crawl_id": r.target.crawl}
             version |= {"fetched_at": datetime.now(UTC), "status_code": before.status_code}
+            if r.content is not None:  # the content it stores, as a crawl's version holds it
+                version |= {name: clean_text(getattr(r.content, name)) for name in CONTENT_FIELDS}
             planned[r.target.url] = versions.Planned(version, (before.version or 0) + 1, "reparse", before)
         stmt = (
             update(Page)

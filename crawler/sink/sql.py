@@ -26,6 +26,7 @@ from crawler.archive import Archived
 from crawler.errors import ConfigError, ServiceUnavailable, SinkError
 from crawler.sink import versions
 from crawler.sink.tables import (
+    CONTENT,
     CONTENT_TYPE_LENGTH,
     ETAG_LENGTH,
     EXIT_ID_LENGTH,
@@ -213,7 +214,7 @@ def _record_row(record: PageRecord) -> dict[str, Any]:
     }
 
 
-CONTENT_COLUMNS = frozenset({"markdown", "text", "lang", "simhash", "near_duplicate_of", "content_refused"})
+CONTENT_COLUMNS = frozenset(CONTENT)
 
 
 def simhash_hex(simhash: int | None) -> str | None:

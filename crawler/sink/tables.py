@@ -31,6 +31,8 @@ ETAG_LENGTH = 512
 LAST_MODIFIED_LENGTH = 64
 LANG_LENGTH = 16
 REFUSAL_LENGTH = 32
+# A page's content columns (docs/content.md), on `pages` and on each of its versions.
+CONTENT = ("markdown", "text", "lang", "simhash", "near_duplicate_of", "content_refused")
 ID = BigInteger().with_variant(Integer, "sqlite")
 
 
@@ -124,6 +126,14 @@ class PageVersion(Base):
     title: Mapped[str | None] = mapped_column(Text)
     data: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     crawl_id: Mapped[str | None] = mapped_column(String(64))
+    # Its content then (as `pages`' columns; None with `content:` off, and in a `gone` version):
+    # the change feed publishes it, and a version published again reads it from here.
+    markdown: Mapped[str | None] = mapped_column(Text)
+    text: Mapped[str | None] = mapped_column(Text)
+    lang: Mapped[str | None] = mapped_column(String(LANG_LENGTH))
+    simhash: Mapped[str | None] = mapped_column(String(16))
+    near_duplicate_of: Mapped[str | None] = mapped_column(Text)
+    content_refused: Mapped[str | None] = mapped_column(String(REFUSAL_LENGTH))
 
     __table_args__ = (UniqueConstraint("page_id", "version", name="uq_page_versions_page_id_version"),)
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from sqlalchemy import insert, select
 from sqlalchemy.engine import Connection
 
-from crawler.sink.tables import Page, PageVersion
+from crawler.sink.tables import CONTENT, Page, PageVersion
 
 Kind = Literal["new", "changed", "gone", "back", "reparse"]
 CHANGES: tuple[Kind, ...] = ("changed", "reparse")  # kinds whose feed message says what changed
@@ -39,7 +39,8 @@ class Latest:
 
 @dataclass(frozen=True, slots=True)
 class Version:
-    """A page's version as the change feed tells it; `changes` (field: old, new) for `changed`."""
+    """A page's version as the change feed tells it; `changes` (field: old, new) for `changed`, and
+    its content columns (docs/content.md; None: it has none, as with `content:` off)."""
 
     page_id: int
     url: str
@@ -49,6 +50,7 @@ class Version:
     fetched_at: datetime
     kind: Kind
     changes: Mapping[str, tuple[Any, Any]] | None = None
+    content: Mapping[str, str | None] | None = None
 
     @property
     def message_id(self) -> str:
@@ -88,6 +90,12 @@ def changes(latest: Latest, row: Mapping[str, Any]) -> dict[str, tuple[Any, Any]
         if old.get(name) != new.get(name):
             out[name] = (old.get(name), new.get(name))
     return out
+
+
+def content_of(columns: Mapping[Any, Any]) -> dict[str, str | None] | None:
+    """The content among a row's `columns`; None if it has none (`content:` off, or a `gone` version)."""
+    found = {name: columns.get(name) for name in CONTENT}
+    return found if any(value is not None for value in found.values()) else None
 
 
 def latest(conn: Connection, urls: Sequence[str]) -> dict[str, Latest]:
@@ -140,6 +148,7 @@ def write(conn: Connection, planned: Mapping[str, Planned]) -> dict[str, Version
     rows, written = [], {}
     for url, p in planned.items():
         content = p.kind != "gone"  # a gone page's last content stays in the version before
+        made = content_of(p.row) if content else None
         rows.append(
             {
                 "page_id": ids[url],
@@ -151,11 +160,13 @@ def write(conn: Connection, planned: Mapping[str, Planned]) -> dict[str, Version
                 "title": p.row["title"] if content else None,
                 "data": p.row["data"] if content else None,
                 "crawl_id": p.row["crawl_id"],
+                **(made or dict.fromkeys(CONTENT)),
             }
         )
         diff = changes(p.latest, p.row) if p.kind in CHANGES and p.latest is not None else None
+        row = p.row
         written[url] = Version(
-            ids[url], url, p.row["domain"], p.row["crawl_id"], p.number, p.row["fetched_at"], p.kind, diff
+            ids[url], url, row["domain"], row["crawl_id"], p.number, row["fetched_at"], p.kind, diff, made
         )
     conn.execute(insert(PageVersion), rows)
     return written
@@ -166,18 +177,19 @@ def after(conn: Connection, url: str, number: int) -> list[Version]:
     v = PageVersion
     stmt = (
         select(Page.id, Page.domain, v.version, v.kind, v.fetched_at, v.crawl_id, v.status_code)
-        .add_columns(v.signature, v.title, v.data)
+        .add_columns(v.signature, v.title, v.data, *(getattr(v, name) for name in CONTENT))
         .join(v, v.page_id == Page.id)
         .where(Page.url == url, v.version >= max(number, 1))  # the one before, for the first's changes
         .order_by(v.version)
     )
-    found = conn.execute(stmt).all()
     out, before = [], None
-    for page_id, domain, n, kind, fetched_at, crawl, status, signature, title, data in found:
+    for row in conn.execute(stmt).mappings():
+        page_id, n, kind, title, data = row["id"], row["version"], row["kind"], row["title"], row["data"]
         if n > number:
             diff = None
             if kind in CHANGES and before is not None:
                 diff = changes(before, {"title": title, "data": data})
-            out.append(Version(page_id, url, domain, crawl, n, fetched_at, kind, diff))
-        before = Latest(page_id, n, status, signature, title, data)
+            when, made = row["fetched_at"], content_of(row)
+            out.append(Version(page_id, url, row["domain"], row["crawl_id"], n, when, kind, diff, made))
+        before = Latest(page_id, n, row["status_code"], row["signature"], title, data)
     return out

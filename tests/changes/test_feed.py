@@ -9,6 +9,8 @@ import json
 import re
 import signal
 from collections import defaultdict
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ import sqlalchemy as sa
 import yaml
 
 from crawler import connections
+from crawler.changes.feed import MAX_BODY_BYTES
+from crawler.changes.feed import body as feed_body
 from crawler.config import CrawlConfig, load_config
 from crawler.frontier import exchanges
 from crawler.names import Names
@@ -26,6 +30,7 @@ from crawler.settings import Settings
 from crawler.sink.sql import engine_url
 from crawler.sink.tables import Page as PageRow
 from crawler.sink.tables import PageVersion
+from crawler.sink.versions import Version
 from crawler.worker import wiring
 from tests.support.crawls import consumer, finish
 from tests.support.fresh import FreshSite, Page, fresh_site, html, serving
@@ -33,6 +38,7 @@ from tests.support.services import settings_for
 from tests.support.wait import until
 
 PRODUCTS = 24
+PLAIN = ("url", "domain", "crawl", "version", "fetched_at", "kind")  # every body's fields
 HISTORY_DOC = Path(__file__).resolve().parents[2] / "docs" / "history.md"
 
 
@@ -152,6 +158,21 @@ async def test_three_passes_make_exactly_the_versions_and_the_feed_tells_each(
     }
     assert bodies["4", 2]["changes"] == {"text": {"old": "product 4", "new": "product 4, back in stock"}}
     assert all(b["domain"] == site.host and b["fetched_at"].endswith("Z") for b in bodies.values())
+    # Content off: no content fields (tests/worker/test_content.py has them with content on).
+    assert all(set(b) <= {*PLAIN, "changes"} for b in bodies.values())
+
+
+def test_a_body_too_large_for_the_feed_leaves_out_its_markdown_and_text() -> None:
+    made = {"markdown": "# Lamp", "text": "Lamp", "lang": "en", "simhash": "00000000000000ff"}
+    version = Version(7, "http://a.test/p/7", "a.test", None, 1, datetime(2026, 12, 6, tzinfo=UTC), "new")
+    assert json.loads(feed_body(version)).keys() == set(PLAIN)
+    assert json.loads(feed_body(replace(version, content=made))) == json.loads(feed_body(version)) | made
+    huge = made | {"text": "Lamp " * (MAX_BODY_BYTES // 5)}
+    told = feed_body(replace(version, content=huge))
+    assert len(told) <= MAX_BODY_BYTES
+    assert json.loads(told) == json.loads(feed_body(version)) | made | {
+        "markdown": None, "text": None, "content_too_large": True,
+    }  # fmt: skip
 
 
 async def test_the_documented_subscriber_follows_the_feed_of_the_crawlers_own_vhost(

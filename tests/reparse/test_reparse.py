@@ -29,6 +29,7 @@ from crawler.service import Control, NewCrawl
 from crawler.settings import Settings
 from crawler.sink import sql
 from crawler.sink.reparsed import ReparseStore, Selection
+from crawler.sink.tables import CONTENT
 from crawler.worker import wiring
 from tests.scheduler.test_recrawl import rows
 from tests.support.fresh import FreshSite, Page, fresh_site, serving
@@ -442,7 +443,7 @@ async def test_reparse_with_content_on_fills_the_content_of_an_archived_crawl(
     await answers(
         settings, [(Exchange(u, 200, [("Content-Type", t)], b, [], now), None) for u, t, b in exchanges]
     )
-    configure(path, host, "127.0.0.35", content={"formats": ["markdown", "text"]})
+    configure(path, host, "127.0.0.35", content={"formats": ["markdown", "text"]}, history={})
     store = ReparseStore(sqlite_url)
     try:
         near = NearIndexes(redis, settings.names)
@@ -461,3 +462,13 @@ async def test_reparse_with_content_on_fills_the_content_of_an_archived_crawl(
     report = found["report.pdf"]
     assert (report.text, report.title, report.lang) == ("Annual report.\nRevenue grew.", "Report 2024", "en")
     assert found["locked.pdf"].content_refused == "encrypted"
+    # A page whose title reparse now reads makes a version, holding the content its page got.
+    columns = ", ".join(f"v.{name}" for name in CONTENT)
+    versions = query(
+        sqlite_url, f"SELECT p.url, v.kind, {columns} FROM pages p JOIN page_versions v ON v.page_id = p.id"
+    )
+    made = {v[0].rsplit("/", 1)[1]: tuple(v[1:]) for v in versions}
+    assert made == {
+        page: ("reparse", *(getattr(found[page], name) for name in CONTENT))
+        for page in ("article", "copy", "report.pdf")  # "de" and "locked.pdf" have no title
+    }

@@ -9,12 +9,16 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from crawler.changes.feed import body
 from crawler.sink.sql import PageRecord, Sink, engine_url, migrate
 from crawler.sink.tables import PageVersion
 
 URL = "http://a.test/p/1"
 UNCHANGED = frozenset({"final_url", "content_type", "title", "data", "signature", "changed_at", "rendered"})
 KEPT_STATUS = UNCHANGED | {"status_code", "error"}
+# A page's content (`content:` on), as its record holds it and as its version gives it back.
+CONTENT = {"markdown": "# Lamp!", "text": "Lamp!", "lang": "en", "simhash": 0xABC}
+STORED = CONTENT | {"simhash": "0000000000000abc", "near_duplicate_of": None, "content_refused": None}
 
 
 @pytest.fixture
@@ -51,11 +55,11 @@ async def test_new_changed_gone_and_back_make_versions_and_nothing_else_does(
         await sink.store(page()),  # new
         await sink.store(page()),  # the same again (a redelivery): none
         await sink.store(page(status_code=304, signature=None, keep=KEPT_STATUS)),  # a 304: none
-        await sink.store(page(title="Lamp!", data={"price": "9", "stock": "3"}, signature="s2")),  # changed
+        await sink.store(page(title="Lamp!", data={"price": "9", "stock": "3"}, signature="s2", **CONTENT)),
         await sink.store(page(status_code=503, error="HTTP 503", keep=UNCHANGED)),  # failing: none
         await sink.store(page(status_code=410, error="HTTP 410", signature=None, keep=UNCHANGED)),  # gone
         await sink.store(page(status_code=404, error="HTTP 404", signature=None, keep=UNCHANGED)),  # still
-        await sink.store(page(title="Lamp!", data={"price": "9", "stock": "3"}, signature="s2")),  # back
+        await sink.store(page(title="Lamp!", data={"price": "9", "stock": "3"}, signature="s2", **CONTENT)),
     ]
     assert [(v.version, v.kind) if v else None for v in made] == [
         (1, "new"), None, None, (2, "changed"), None, (3, "gone"), None, (4, "back"),
@@ -72,10 +76,12 @@ async def test_new_changed_gone_and_back_make_versions_and_nothing_else_does(
         (3, "gone", 410, None),  # its last content stays in version 2
         (4, "back", 200, "Lamp!"),
     ]
+    assert [v.content if v else None for v in made] == [None] * 3 + [STORED] + [None] * 3 + [STORED]
     again = await sink.versions_after(URL, 2)  # what a redelivered refresh scheduled at version 2 announces
-    assert [(v.version, v.kind) for v in again] == [(3, "gone"), (4, "back")]
+    assert [(v.version, v.kind, v.content) for v in again] == [(3, "gone", None), (4, "back", STORED)]
     first = await sink.versions_after(URL, 1)
     assert first[0].changes is not None and first[0].changes["stock"] == (None, "3")
+    assert made[3] is not None and body(first[0]) == body(made[3])  # published again, the same message
 
 
 @pytest.mark.timeout(60)

@@ -4,10 +4,12 @@ whose links are not followed."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import pytest
 import sqlalchemy as sa
 import yaml
@@ -16,12 +18,14 @@ from redis.asyncio import Redis
 from bench import documents as files
 from crawler.config import load_config
 from crawler.fetch.fetcher import BoundedFetcher
+from crawler.frontier import exchanges
 from crawler.frontier.message import Refresh
 from crawler.monitor.metrics import Metrics
 from crawler.names import Names
 from crawler.parse.extract import compile_fields
 from crawler.sink import sql
 from crawler.sink.sql import PageRecord
+from crawler.sink.tables import CONTENT
 from crawler.worker import wiring
 from crawler.worker.content import contents
 from crawler.worker.live import LiveConfig
@@ -31,6 +35,7 @@ from demo.site import Reply, Site, free_port, page, serve
 from tests.support.crawls import run_crawl
 from tests.support.services import settings_for
 from tests.support.sites import IPS
+from tests.support.wait import until
 
 ARTICLE = (Path(__file__).parent.parent / "content" / "pages" / "article.html").read_text(encoding="utf-8")
 UDHR = dict(
@@ -108,14 +113,32 @@ def site() -> Iterator[Site]:
         yield site
 
 
-async def test_a_crawl_stores_main_content_languages_and_documents(
+async def test_a_crawl_stores_main_content_languages_and_documents_and_the_feed_tells_them(
     tmp_path: Path, site: Site, amqp_url: str, prefix: str, sqlite_url: str
 ) -> None:
-    path = configure(tmp_path / "d.yaml", [site], content={"main": True})
+    path = configure(tmp_path / "d.yaml", [site], content={"main": True}, history={})
     monitoring = Monitoring(Metrics())
-    settings = settings_for(amqp_url, prefix, sqlite_url, path)
-    await wiring.consume(settings, load_config(path), burst=True, seeds=[site.url()], monitoring=monitoring)
-    found = pages(sqlite_url)
+    settings, config = settings_for(amqp_url, prefix, sqlite_url, path), load_config(path)
+    told: dict[str, dict[str, Any]] = {}
+    async with await aio_pika.connect(amqp_url) as connection:
+        channel = await connection.channel()
+        await exchanges.declare(channel, exchanges.topology(config, Names(prefix)))
+        queue = await channel.declare_queue("test-feed", auto_delete=True)
+        await queue.bind(Names(prefix).changes, "#")
+        await wiring.consume(settings, config, burst=True, seeds=[site.url()], monitoring=monitoring)
+        found = pages(sqlite_url)
+
+        async def drained() -> bool:
+            while (message := await queue.get(fail=False, no_ack=True)) is not None:
+                body = json.loads(message.body)
+                told[body["url"]] = body
+            return len(told) >= len(found)
+
+        await until(drained, what="a version of each page on the feed", within=30)
+    # Each page's version carries its content as the page view has it (a document: no Markdown).
+    assert {url: {k: told[url][k] for k in CONTENT} for url in found} == {
+        url: {k: row[k] for k in CONTENT} for url, row in found.items()
+    }
     article = found[site.url("/article")]
     assert "# How to brew better coffee at home" in article["markdown"].splitlines()
     assert "[brew ratio guide](http://a.test:" in article["markdown"]  # links kept, made absolute
