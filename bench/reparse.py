@@ -1,13 +1,14 @@
 """`crawler reparse` on an archive of the bench site's pages (~30 KB each, 40 links): pages read again
 per second, with one process and with one per core, each run writing every row anew.
 
-python -m bench.reparse [--pages 20000] [--workers 1,2]
+python -m bench.reparse [--pages 20000] [--workers 1,2] [--content]
 
 The pages are written to a WARC archive in a temporary directory, their rows to a temporary SQLite
 database, as a crawl with `archive: true` leaves them; nothing is fetched. Each run reads every page
 from the archive, extracts three fields (EXTRACT), and stores the rows whose reading changed (all of
 them: the rows are cleared before each run). Links are not routed (`--no-links`): that is the
-frontier's cost, measured by bench.run.
+frontier's cost, measured by bench.run. With `--content`, every domain has `content: on`: each page's
+main content, language and simhash are made too (no near-duplicate index: that is Redis's cost).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ async def build(spec: SiteSpec, directory: Path, database_url: str) -> int:
 async def measure(config: CrawlConfig, database_url: str, directory: Path, workers: int) -> Progress:
     """One run over every page with `workers` processes, the rows cleared first."""
     with sqlite3.connect(database_url.removeprefix("sqlite:///")) as conn:
-        conn.execute("UPDATE pages SET title = NULL, data = NULL")
+        conn.execute("UPDATE pages SET title = NULL, data = NULL, markdown = NULL, text = NULL, lang = NULL")
     store = ReparseStore(database_url)
     try:
         reparser = Reparser(config, store, str(directory), Selection(), workers=workers, links=None)
@@ -77,9 +78,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=20_000, help="pages in all (4 hosts)")
     parser.add_argument("--workers", default="1,2", help="process counts to measure, comma-separated")
+    parser.add_argument("--content", action="store_true", help="content: on for every domain")
     args = parser.parse_args()
     spec = SiteSpec(pages=max(args.pages // 4, 1))
-    domains = {h: {"archive": True, "extract": EXTRACT} for h in spec.hosts}
+    content = {"content": "on"} if args.content else {}
+    domains = {h: {"archive": True, "extract": EXTRACT, **content} for h in spec.hosts}
     config = CrawlConfig.model_validate({"domains": domains})
     with tempfile.TemporaryDirectory() as tmp:
         directory, database_url = Path(tmp) / "archive", f"sqlite:///{tmp}/bench.db"
