@@ -237,7 +237,7 @@ async def _dead(settings: Settings, config: CrawlConfig, args: argparse.Namespac
             print(f"{await control.purge_dead(args.domain, args.reason)} dead letters purged")
 
 
-_CRAWL_KINDS = ("ok", "failed", "retrying", "dead", "pending")
+_CRAWL_KINDS = ("ok", "failed", "retrying", "dead", "skipped", "pending")
 # A crawl's columns: (title, width); counts are right-aligned, the label takes the rest of the line.
 _CRAWL_COLUMNS = (("id", 16), ("state", 11), ("started", 20), ("ended", 20))
 

@@ -207,5 +207,5 @@ def test_reading_commands_create_no_database_and_options_go_before_the_command_t
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.splitlines() == [
         "id                state        started               ended                 ok failed retrying dead "
-        "pending  label"
+        "skipped pending  label"
     ]

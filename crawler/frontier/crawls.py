@@ -16,8 +16,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from crawler.names import Names
+from crawler.sink.crawls import CrawlRecord, CrawlStore
 from crawler.sink.crawls import CrawlState as StoredState
-from crawler.sink.crawls import CrawlStore
 from crawler.sink.domains import DomainStore
 
 log = logging.getLogger(__name__)
@@ -232,6 +232,12 @@ class CrawlState:
         if ended:
             log.info("crawl %s %s", crawl, state)
         return ended
+
+    async def shown(self, record: CrawlRecord) -> dict[str, dict[str, int]]:
+        """A crawl's counts as every view shows them: live while it runs, else those its record kept."""
+        if record.state == "running":
+            return reported(await self.counts(record.id))
+        return record.counts or {}
 
     async def series(self, crawl: str) -> list[Span]:
         """A crawl's pages stored over time, as the spans its series holds (coarser as it aged)."""

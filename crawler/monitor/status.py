@@ -18,9 +18,11 @@ from rich.table import Table
 from crawler import connections
 from crawler.config import CrawlConfig
 from crawler.failover import first_node
+from crawler.frontier.crawls import CrawlState
 from crawler.frontier.exchanges import domain_queues
 from crawler.monitor.heartbeat import workers
 from crawler.settings import Settings
+from crawler.sink.crawls import CrawlRecord, CrawlStore
 from crawler.sink.schedule import Backlog, Schedule
 from crawler.sink.sitemaps import URL_OUTCOMES, SitemapStore
 from crawler.sink.sql import Sink, check_schema
@@ -87,7 +89,7 @@ class Sitemaps:
 
 @dataclass(frozen=True, slots=True)
 class DomainStatus:
-    """One domain's queue and stored pages."""
+    """One domain's queue and stored pages, and the pages its crawls skipped."""
 
     domain: str
     queue: QueueDepth
@@ -97,6 +99,9 @@ class DomainStatus:
     credits: float = 0.0  # fetch-service credits its stored pages were charged (all attempts)
     freshness: Freshness = field(default_factory=Freshness)
     sitemaps: Sitemaps = field(default_factory=Sitemaps)
+    # Not fetched by policy (robots.txt, max_pages, max_credits), summed over every crawl recorded:
+    # such a page has no row, so its crawls' counts are all there is (one skipped twice counts twice).
+    pages_skipped: int = 0
 
 
 def management_url(amqp_url: str, api_url: str | None = None) -> tuple[str, str, tuple[str, str]]:
@@ -170,7 +175,8 @@ async def queue_depths(
 
 @dataclass(frozen=True, slots=True)
 class _Stored:
-    """What the sink says: pages per domain, stored lately, credits, due now, and as last found."""
+    """What the sink says: pages per domain, stored lately, credits, due now, and as last found; the
+    crawls recorded."""
 
     counts: dict[str, tuple[int, int]]
     recent: dict[str, int]
@@ -178,11 +184,13 @@ class _Stored:
     backlog: dict[str, Backlog]
     found: dict[str, dict[str, int]]
     sitemaps: dict[str, dict[str, int]]
+    crawls: list[CrawlRecord]
 
 
 def _stored(database_url: str, domains: list[str]) -> _Stored:
     check_schema(database_url)  # a status read creates nothing
     sink, schedule, sitemaps = Sink(database_url), Schedule(database_url), SitemapStore(database_url)
+    crawls = CrawlStore(database_url)
     try:
         now = datetime.now(UTC)
         since = now - timedelta(seconds=RATE_WINDOW)
@@ -193,17 +201,30 @@ def _stored(database_url: str, domains: list[str]) -> _Stored:
             schedule.backlog(domains, now),
             schedule.found(domains),
             sitemaps.totals(domains),
+            crawls.list(None, None),
         )
     finally:
         sink.close()
         schedule.close()
         sitemaps.close()
+        crawls.close()
 
 
 async def _workers(settings: Settings) -> list[dict[str, Any]]:
     async with connections.redis(settings.redis_url) as redis:
         found = await workers(redis, settings.names)
     return [{"state": w.state, "age": w.age, **asdict(w.worker)} for w in found]
+
+
+async def _skipped(settings: Settings, crawls: list[CrawlRecord]) -> dict[str, int]:
+    """Pages skipped per domain over `crawls`, counted as each crawl's own view counts them."""
+    out: dict[str, int] = {}
+    async with connections.redis(settings.redis_url) as redis:
+        state = CrawlState(redis, settings.names)
+        for crawl in crawls:
+            for domain, counts in (await state.shown(crawl)).items():
+                out[domain] = out.get(domain, 0) + counts.get("skipped", 0)
+    return out
 
 
 async def status(
@@ -224,6 +245,7 @@ async def status(
         asyncio.to_thread(_stored, settings.database_url, chosen),
         _workers(settings),
     )
+    skipped = await _skipped(settings, stored.crawls)
     missing = QueueDepth("", 0, None, 0)
     now = datetime.now(UTC)
     domains = []
@@ -249,6 +271,7 @@ async def status(
                 round(stored.credits.get(d, 0.0), 2),
                 freshness,
                 Sitemaps.of(stored.sitemaps.get(d, {})),
+                skipped.get(d, 0),
             )
         )
     return {
@@ -273,16 +296,17 @@ def _queue_rows(data: dict[str, Any]) -> list[list[str]]:
     mapped = any(d.get("sitemaps", {}).get("files") for d in data["domains"])
     # Subscriptions, not workers: a live worker holds none on a queue it paused, was halted on, or
     # (in burst mode) found drained; the summary line says so when no queue has one.
-    head = ["queue", "ready", "unacked", "subscribed", "ok", "failed", "pages/s"]
+    head = ["queue", "ready", "unacked", "subscribed", "ok", "failed", "skipped", "pages/s"]
     extra = [*(["credits"] if paid else []), *(_FRESHNESS if fresh else []), *(_SITEMAPS if mapped else [])]
     rows = [[*head, *extra]]
     for d in data["domains"]:
-        ok, failed, rate = str(d["pages_ok"]), str(d["pages_failed"]), f"{d['pages_per_second']:.2f}"
+        pages = [str(d["pages_ok"]), str(d["pages_failed"]), str(d["pages_skipped"])]
+        rate = f"{d['pages_per_second']:.2f}"
         spent = [f"{d.get('credits', 0):g}"] if paid else []
         schedule = _freshness_cells(d["freshness"]) if fresh else []
         read = _sitemap_cells(d["sitemaps"]) if mapped else []
-        rows.append([d["domain"], *_depth_cells(d["queue"]), ok, failed, rate, *spent, *schedule, *read])
-    blank = [""] * (3 + len(extra))
+        rows.append([d["domain"], *_depth_cells(d["queue"]), *pages, rate, *spent, *schedule, *read])
+    blank = [""] * (4 + len(extra))
     for q in data["queues"]:
         rows.append([q["name"], *_depth_cells(q), *blank])
     return rows
@@ -338,7 +362,8 @@ def _domains_cell(domains: list[str], most: int = 5) -> str:
 
 
 _NUMBERS = {
-    *("ready", "unacked", "subscribed", "ok", "failed", "pages/s", "credits", "last beat", "pages"),
+    *("ready", "unacked", "subscribed", "ok", "failed", "skipped", "pages/s", "credits"),
+    *("last beat", "pages"),
     *_FRESHNESS,
     *_SITEMAPS,
 }

@@ -294,10 +294,7 @@ class Control:
 
     async def _view(self, record: CrawlRecord, credits: float | None = None) -> CrawlView:
         # A view decides nothing: the worker whose count ends a crawl marks it finished, at that moment.
-        if record.state == "running":
-            counts = reported(await self._state.counts(record.id))
-        else:
-            counts = record.counts or {}
+        counts = await self._state.shown(record)
         return CrawlView(
             record.id,
             record.label,

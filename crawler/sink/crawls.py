@@ -123,10 +123,10 @@ class CrawlStore:
         return self._session(lambda s: {str(c): float(n) for c, n in s.execute(stmt).all()})
 
     def list(
-        self, state: CrawlState | None = None, limit: int = 1000, before: str | None = None
+        self, state: CrawlState | None = None, limit: int | None = 1000, before: str | None = None
     ) -> list[CrawlRecord]:
-        """Crawls, newest first, optionally only those in `state`, and only those listed after the
-        crawl `before` (a page's last); NotFound-free: an unknown `before` lists nothing."""
+        """Crawls, newest first (`limit` of them, None: all), optionally only those in `state`, and only
+        those listed after the crawl `before` (a page's last); an unknown `before` lists nothing."""
         stmt = select(Crawl).order_by(Crawl.created_at.desc(), Crawl.id.desc()).limit(limit)
         if state is not None:
             stmt = stmt.where(Crawl.state == state)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ from crawler.gateway.proxies import ProxiesConfig
 from crawler.gateway.report import Reporter
 from crawler.names import HEADER_DOMAIN, HEADER_ERROR, HEADER_REASON, Names
 from crawler.settings import Settings
+from crawler.sink.crawls import CrawlStore
 from demo.site import Reply, Site, serve
 from tests.support import console as browsing
 from tests.support.api import ADMIN, READER, Api
@@ -92,6 +94,10 @@ def test_an_admin_starts_a_crawl_from_the_form_and_watches_it_finish(
     api: Api, settings: Settings, site: Site, browser: Browser
 ) -> None:
     slow(site, 0.05)
+    # One page its robots.txt forbids: counted once, as skipped, in every view.
+    site.routes["/robots.txt"] = Reply(
+        200, b"User-agent: *\nDisallow: /product/20\n", {"Content-Type": "text/plain"}
+    )
     worker = consumer(settings)
     try:
         with browsing.console(browser, api.base) as tab:
@@ -112,13 +118,16 @@ def test_an_admin_starts_a_crawl_from_the_form_and_watches_it_finish(
             tab.screenshot("crawl-running-390")
             page.set_viewport_size(browsing.DESKTOP)  # type: ignore[arg-type]
             expect(crawl.locator("[data-col='state']").first).to_have_text("finished", timeout=90_000)
-            expect(ok).to_have_text("21")
+            expect(ok).to_have_text("20")
             expect(crawl.locator("tr[data-id='a.test'] [data-col='failed']")).to_have_text("1")
+            expect(crawl.locator("tr[data-id='a.test'] [data-col='skipped']")).to_have_text("1")
+            expect(crawl.locator("progress")).to_have_attribute("value", "22")  # skipped is done too
             expect(crawl.locator("svg polyline").first).to_be_attached()
 
             tab.go("crawls")
             row = page.locator("#crawls tr[data-id]").first
             expect(row.locator("[data-col='state']")).to_have_text("finished")
+            expect(row.locator("[data-col='skipped']")).to_have_text("1")
             tab.go("domains")
             expect(page.locator("#domains tr[data-id='a.test']")).to_be_visible()
             tab.screenshot("domains-1280")
@@ -193,7 +202,11 @@ def test_every_action_is_on_screen_or_in_a_table_that_shows_it_scrolls_at_both_w
     _run(_dead_letter(settings, site.url("/gone"), "a.test"))  # status 0: the connection failed
     with api.client() as client:
         created = client.post("/v1/crawls", json={"seeds": [site.url("/")], "label": "left running"})
-        crawl = created.json()["id"]  # no worker: it stays running, with its Cancel button
+        running = created.json()["id"]  # no worker: it stays running, with its Cancel button
+        created = client.post("/v1/crawls", json={"seeds": [site.url("/")], "label": "stopped"})
+        crawl = created.json()["id"]
+    # Stopped as Ctrl-C or a refusing fetch service stops it: still open, so it can be cancelled.
+    _interrupt(settings, crawl)
     views = {
         "crawls": "#crawls tr[data-id] button",
         f"crawl/{crawl}": "#crawl-actions button",
@@ -214,6 +227,18 @@ def test_every_action_is_on_screen_or_in_a_table_that_shows_it_scrolls_at_both_w
                     expect(page.locator("#dead-letters [data-col='status']")).to_have_text("no answer")
                 assert tab.out_of_reach() == [], (size, view, tab.out_of_reach())
                 tab.screenshot(f"reach-{view.split('/')[0]}-{size['width']}")
+        # An interrupted crawl stands out from a running one, and is cancelled like one.
+        tab.go("crawls")
+        labels = {c: page.locator(f"#crawls tr[data-id='{c}'] [data-col='state']") for c in (crawl, running)}
+        expect(labels[crawl]).to_have_text("interrupted")
+        expect(labels[crawl]).to_have_attribute("title", re.compile("a later crawl of its leftovers"))
+        colours = {c: label.evaluate("(e) => getComputedStyle(e).color") for c, label in labels.items()}
+        assert colours[crawl] != colours[running], colours
+        tab.go(f"crawl/{crawl}")
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.locator("#crawl-actions").get_by_role("button", name="Cancel").click()
+        expect(page.locator("#crawl [data-col='state']")).to_have_text("cancelled")
+        expect(page.locator("#crawl-actions button")).to_have_count(0)
         # At 1280 px the long robots.txt error is cut (whole in its title); the columns after it stay.
         row = page.locator("#domains tr[data-id='a.test']")
         tab.go("domains")
@@ -262,6 +287,15 @@ def test_an_unreachable_api_is_said_in_words_and_the_last_numbers_stay(
         expect(depth).to_have_text("0")  # still shown
         page.unroute("**/v1/**")
         expect(banner).to_be_hidden()
+
+
+def _interrupt(settings: Settings, crawl: str) -> None:
+    """Mark `crawl` interrupted in its record, as `crawler crawl` does on Ctrl-C."""
+    store = CrawlStore(settings.database_url)
+    try:
+        assert store.end(crawl, "interrupted", {})
+    finally:
+        store.close()
 
 
 def _run(work: Coroutine[Any, Any, T]) -> T:

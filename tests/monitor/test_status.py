@@ -15,11 +15,14 @@ import aio_pika
 import pytest
 from rich.console import Console
 
+from crawler import connections
 from crawler.cli import main
 from crawler.config import load_config
+from crawler.frontier.crawls import CrawlState
 from crawler.monitor.status import management_url, render, rich_tables, status, watch
 from crawler.names import Names
 from crawler.settings import Settings
+from crawler.sink.crawls import CrawlRecord, CrawlStore
 from crawler.sink.sql import PageRecord, Sink, migrate
 from demo.site import serve
 from tests.support.crawls import consumer, finish, seed
@@ -115,9 +118,22 @@ async def test_pages_stored_and_pages_per_second(
         )
     finally:
         sink.close()
+    # A skipped page has no row: its crawl's counts say it, an ended crawl's record, a running one's Redis.
+    crawls = CrawlStore(sqlite_url)
+    try:
+        for crawl in ("ended", "running"):
+            crawls.add(CrawlRecord(crawl, None, "running", [], {}, datetime.now(UTC), None, None))
+        crawls.end("ended", "finished", {"a.test": {"ok": 1, "skipped": 2}})
+    finally:
+        crawls.close()
+    async with connections.redis(settings.redis_url) as redis:
+        await CrawlState(redis, settings.names).count(
+            "running", {("a.test", "routed"): 3, ("a.test", "skipped"): 1}
+        )
     data = await status(settings, load_config(settings.config_path))
     by_domain = {d["domain"]: d for d in data["domains"]}
     assert (by_domain["a.test"]["pages_ok"], by_domain["a.test"]["pages_failed"]) == (3, 1)
+    assert (by_domain["a.test"]["pages_skipped"], by_domain["b.test"]["pages_skipped"]) == (3, 0)
     assert by_domain["a.test"]["pages_per_second"] == round(3 / 60, 2)  # three in the last minute
     assert by_domain["b.test"]["pages_per_second"] == 0
     assert data["pages_per_second"] == round(3 / 60, 2)
@@ -192,6 +208,7 @@ SAMPLE: dict[str, Any] = {
             "queue": {"name": "crawler.domain.a.test", "ready": 12, "unacked": 3, "consumers": 2},
             "pages_ok": 40,
             "pages_failed": 1,
+            "pages_skipped": 6,
             "pages_per_second": 2.5,
         }
     ],
@@ -227,6 +244,8 @@ def test_render_shows_queues_rates_and_workers() -> None:
     assert "archive uploads" not in text  # no worker uploads: no column
     # Subscriptions are labelled as such; live workers holding none say why a queue shows 0.
     assert text.splitlines()[0].split()[3] == "subscribed" and "subscribed to no" not in text
+    assert text.splitlines()[0].split()[4:7] == ["ok", "failed", "skipped"]
+    assert text.splitlines()[1].split()[4:7] == ["40", "1", "6"]
     idle = {
         **SAMPLE,
         "domains": [{**SAMPLE["domains"][0], "queue": {**SAMPLE["domains"][0]["queue"], "consumers": 0}}],

@@ -8,6 +8,14 @@ const EVERY = 3000; // ms between reads of the view shown
 const DEAD_EVERY = 10000; // reading the dead queue receives every message and puts it back: less often
 const PAGE = 20; // crawls a page
 const UNREACHABLE = "Cannot reach the API"; // a failed read's banner starts with it, and goes with the next good read
+// States a crawl may still end from, so Cancel is offered (crawler/sink/crawls.py OPEN).
+const OPEN = ["running", "interrupted"];
+const STATE_TITLES = {
+  running: "its work is under way",
+  finished: "every page it queued came to an outcome",
+  cancelled: "cancelled: no fetch of it starts again",
+  interrupted: "stopped before its end (Ctrl-C, a fetch service that refused it, a reset): a later crawl of its leftovers finishes it, or Cancel ends it",
+};
 
 const $ = (id) => document.getElementById(id);
 let who = null; // {name, scope} of the signed-in token
@@ -152,6 +160,11 @@ function say(message) {
   banner.hidden = !message;
 }
 
+// A crawl's state as a coloured label, its meaning in the title.
+function state(value) {
+  return el("span", { class: `state state-${value}`, "data-col": "state", title: STATE_TITLES[value] || null, text: value });
+}
+
 function sum(counts, kind) {
   return Object.values(counts || {}).reduce((total, c) => total + (c[kind] || 0), 0);
 }
@@ -169,22 +182,23 @@ async function showCrawls() {
     const seeds = c.seeds.length > 1 ? `${c.seeds[0]} and ${c.seeds.length - 1} more` : c.seeds[0] || "";
     const link = el("a", { href: `#crawl/${encodeURIComponent(c.id)}`, text: c.label || c.id });
     const actions = actionsCell();
-    if (isAdmin() && c.state === "running") actions.firstChild.append(button("Cancel", () => cancel(c.id)));
+    if (isAdmin() && OPEN.includes(c.state)) actions.firstChild.append(button("Cancel", () => cancel(c.id)));
     return el(
       "tr",
-      { "data-id": c.id, class: `state-${c.state}` },
-      cell("state", c.state),
+      { "data-id": c.id },
+      el("td", {}, state(c.state)),
       el("td", { "data-col": "label" }, link),
       clipped("seeds", seeds, "url"),
       el("td", { "data-col": "started" }, when(c.started)),
       num("ok", sum(c.counts, "ok")),
       num("failed", sum(c.counts, "failed")),
       num("dead", sum(c.counts, "dead")),
+      num("skipped", sum(c.counts, "skipped")),
       num("credits", c.credits === null ? "–" : fixed(c.credits)),
       actions,
     );
   });
-  fill($("crawls-rows"), rows, "No crawl yet.", 9);
+  fill($("crawls-rows"), rows, "No crawl yet.", 10);
 }
 
 async function showCrawl(id) {
@@ -195,7 +209,7 @@ async function showCrawl(id) {
   $("crawl-title").textContent = `Crawl ${crawl.label || crawl.id}`;
   const opts = crawl.options;
   const facts = [
-    ["State", el("span", { "data-col": "state", text: crawl.state })],
+    ["State", state(crawl.state)],
     ["Id", crawl.id],
     ["Label", crawl.label || "–"],
     ["Seeds", crawl.seeds.join("\n")],
@@ -209,9 +223,9 @@ async function showCrawl(id) {
   );
   const actions = $("crawl-actions");
   actions.replaceChildren();
-  if (isAdmin() && crawl.state === "running") actions.append(button("Cancel", () => cancel(crawl.id)));
+  if (isAdmin() && OPEN.includes(crawl.state)) actions.append(button("Cancel", () => cancel(crawl.id)));
   const rows = Object.entries(crawl.counts).map(([domain, c]) => {
-    const done = c.ok + c.failed + c.dead;
+    const done = c.ok + c.failed + c.dead + c.skipped;
     const total = done + c.pending + c.retrying;
     const bar = el("progress", { max: Math.max(total, 1), value: done, "aria-label": `${domain}: ${done} of ${total} done` });
     return el(
@@ -222,11 +236,12 @@ async function showCrawl(id) {
       num("failed", c.failed),
       num("retrying", c.retrying),
       num("dead", c.dead),
+      num("skipped", c.skipped),
       num("pending", c.pending),
       el("td", { "data-col": "progress" }, bar),
     );
   });
-  fill($("crawl-rows"), rows, "Nothing routed yet.", 7);
+  fill($("crawl-rows"), rows, "Nothing routed yet.", 8);
   $("chart").replaceChildren(chart(series));
 }
 
