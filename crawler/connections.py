@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 from crawler import sentinel
 from crawler.errors import ServiceUnavailable
 from crawler.failover import FailoverConnection, nodes
+from crawler.names import CONNECTION_CLOSE_WAIT
 from crawler.redact import redact
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,21 @@ async def broker(
     try:
         yield connection
     finally:
-        await connection.close()
+        await _closed(connection, role)
+
+
+async def _closed(connection: AbstractRobustConnection, role: str) -> None:
+    """Close `connection`, waiting at most CLOSE_WAIT: a stopping program must not hang on a broker
+    that does not answer (blocked, or mid-reconnect); its socket closes with the process, and RabbitMQ
+    then returns every unacked delivery to its queue."""
+    try:
+        await asyncio.wait_for(connection.close(), CONNECTION_CLOSE_WAIT)
+    except TimeoutError:
+        log.warning(
+            "%s: RabbitMQ did not confirm the connection's close within %.0fs; leaving it to the socket",
+            role,
+            CONNECTION_CLOSE_WAIT,
+        )
 
 
 @overload

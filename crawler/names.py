@@ -66,6 +66,9 @@ PAUSE_POLL = 0.5
 # Seconds a stopping consumer waits for its publishing channel to close: RabbitMQ does not answer on
 # a connection it blocks (a resource alarm), and the connection's own close ends the channel anyway.
 CLOSE_WAIT = 5.0
+# Seconds a stopping program waits for a broker connection's close: past it the socket ends with the
+# process, and RabbitMQ returns what was unacked all the same.
+CONNECTION_CLOSE_WAIT = 15.0
 # A worker that went silent stays listed (as gone) this long, so a person notices it.
 GONE_KEPT = 24 * 3600.0
 # A round of sitemap reading remembers the files it has read this long: far longer than a round takes.
