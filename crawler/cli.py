@@ -1,4 +1,4 @@
-"""The command line: `crawler seed|crawl|crawls|domains|status|reset|dead|export|history prune|
+"""The command line: `crawler seed|crawl|crawls|domains|quality|status|reset|dead|export|history prune|
 sitemaps|db upgrade`, and `crawler-consume`.
 
 Exit codes: 0 done, 1 an unexpected error (a traceback, passwords hidden), 2 bad input or a
@@ -43,6 +43,7 @@ from crawler.monitor.progress import PROGRESS_SAMPLE_EVERY, Progress
 from crawler.monitor.status import render, status, watch
 from crawler.names import HEARTBEAT_TTL
 from crawler.programs import EXIT_USAGE, Parser, closed_pipe, loop_factory
+from crawler.quality.report import render as render_quality
 from crawler.redact import redact
 from crawler.reparse.linking import links_into
 from crawler.reparse.run import Progress as ReparseProgress
@@ -425,6 +426,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="list as JSON lines")
     _common(p, sub=True)
 
+    p = sub.add_parser(
+        "quality", help="a crawl's field coverage and failed expectations, beside the last finished crawl"
+    )
+    p.add_argument("--crawl", metavar="ID", help="this crawl (default: the newest)")
+    p.add_argument("--domain", help="only this domain")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _common(p, sub=True)
+
     p = sub.add_parser("domains", help="domains: list them, pause or resume one fleet-wide")
     p.add_argument("action", choices=["list", "pause", "resume"])
     p.add_argument("domain", nargs="?", help="the domain (pause, resume)")
@@ -464,6 +473,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--dataset",
         action="store_true",
         help="pages with content, one JSON record each: url, title, lang, markdown, fetched_at, digest",
+    )
+    p.add_argument(
+        "--invalid",
+        action="store_true",
+        help="only pages that failed an expectation, each with its `expectations` (name and reason)",
     )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--out", type=Path, help="file to write (default: stdout; parquet needs a file)")
@@ -620,6 +634,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             await _crawls(settings, config, args)
         elif args.command == "domains":
             await _domains_verb(settings, config, args)
+        elif args.command == "quality":
+            async with Control.open(settings, config, "crawler quality", "check") as control:
+                report = await control.quality(args.crawl, args.domain)
+            print(_json(report.to_json(), indent=2) if args.json else render_quality(report))
         elif args.command == "sitemaps":
             async with Control.open(settings, config, "crawler sitemaps", "check") as control:
                 began = await control.read_sitemaps(args.domain)
@@ -781,7 +799,7 @@ def _export(args: argparse.Namespace) -> int:
     try:
         since = parse_since(args.since) if args.since else None
         changed = parse_since(args.changed_since, "--changed-since") if args.changed_since else None
-        query = Query(args.domain, since, args.history, changed, args.dataset)
+        query = Query(args.domain, since, args.history, changed, args.dataset, args.invalid)
         settings = Settings.from_env()
         check_schema(settings.database_url)
         if args.to:
