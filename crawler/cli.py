@@ -40,10 +40,13 @@ from crawler.monitor import logs, readings
 from crawler.monitor.endpoint import METRICS_ADDR
 from crawler.monitor.metrics import AckAfter, DomainStats, Metrics
 from crawler.monitor.progress import PROGRESS_SAMPLE_EVERY, Progress
+from crawler.monitor.quality import thresholds
 from crawler.monitor.status import render, status, watch
 from crawler.names import HEARTBEAT_TTL
 from crawler.programs import EXIT_USAGE, Parser, closed_pipe, loop_factory
+from crawler.quality.coverage import Coverage, coverage_of
 from crawler.quality.report import render as render_quality
+from crawler.quality.report import reparse_report
 from crawler.redact import redact
 from crawler.reparse.linking import links_into
 from crawler.reparse.run import Progress as ReparseProgress
@@ -54,7 +57,7 @@ from crawler.service.control import Schema
 from crawler.service.inputs import DEAD_LIMIT, DEAD_REASONS, CrawlRequest
 from crawler.service.migration import migrate_frontier
 from crawler.settings import Settings
-from crawler.sink.crawls import STATES
+from crawler.sink.crawls import STATES, CrawlStore
 from crawler.sink.export import FORMATS, Query, export, parse_since
 from crawler.sink.export_object import export_to_object
 from crawler.sink.prune import Pruner
@@ -743,6 +746,7 @@ async def _reparse(settings: Settings, config: CrawlConfig, args: argparse.Names
     for sig in (signal.SIGINT, signal.SIGTERM) if stoppable else ():
         loop.add_signal_handler(sig, on_signal, sig)
     store = ReparseStore(settings.database_url)
+    before = await _kept_coverage(settings, args.crawl)
     last = [0.0]
 
     def report(p: ReparseProgress) -> None:
@@ -781,10 +785,28 @@ async def _reparse(settings: Settings, config: CrawlConfig, args: argparse.Names
         f"{done.done:,} pages read again{resumed}: {done.changed:,} changed, {done.skipped:,} not pages "
         f"(redirects, errors, not HTML), {done.failed:,} unreadable, {done.links:,} links routed"
     )
+    after = await _kept_coverage(settings, args.crawl)
+    if args.crawl and before is not None and after:
+        chosen = {d: c for d, c in after.items() if not domains or d in domains}
+        limits = {d: thresholds(config, d) for d in chosen}
+        print(render_quality(reparse_report(args.crawl, before, chosen, limits)))
     if received and done.done < done.total:
         print("stopped: the same command resumes where this one stopped", file=sys.stderr)
         return 128 + received[0]  # 130 for Ctrl-C, 143 for SIGTERM, as a shell reports them
     return EXIT_OK
+
+
+async def _kept_coverage(settings: Settings, crawl: str | None) -> dict[str, Coverage] | None:
+    """An ended crawl's coverage per domain as its row keeps it (what a re-parse corrects); None if
+    there is no such crawl, or it has not ended (its counts are its workers')."""
+    if crawl is None:
+        return None
+    records = CrawlStore(settings.database_url)
+    try:
+        record = await asyncio.to_thread(records.get, crawl)
+    finally:
+        records.close()
+    return None if record is None or record.counts is None else coverage_of(record.counts)
 
 
 def _usage(args: argparse.Namespace, message: str) -> int:

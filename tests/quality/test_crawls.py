@@ -177,8 +177,14 @@ async def test_a_template_change_mid_crawl_shows_alerts_and_a_fixed_rule_reparse
 
         # The rule fixed, the crawl's archived pages re-parsed: coverage back, not one request more.
         configure(path, site, price=".price, .cost")
-        await cli_out(["reparse", "--crawl", second, "--workers", "1"], capsys)
+        reparsed = await cli_out(["reparse", "--crawl", second, "--workers", "1"], capsys)
         assert len(site.requests) == fetched
+    # Its report: the crawl's coverage before the re-parse beside after it.
+    assert f"crawl {second} (finished): 0 alerts" in reparsed and f"before: {second}" in reparsed, reparsed
+    product_price = next(
+        line.split() for line in reparsed.splitlines() if line.split()[:2] == ["product", "price"]
+    )
+    assert product_price[3] == "100.0%" and float(product_price[2].rstrip("%")) < 50, reparsed
     fixed = json.loads(await cli_out(["quality", "--crawl", second, "--json"], capsys))
     (shop,) = fixed["domains"]
     price = next(r for r in shop["fields"] if (r["pages"], r["field"]) == ("product", "price"))
