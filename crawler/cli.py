@@ -1,4 +1,4 @@
-"""The command line: `crawler seed|crawl|crawls|domains|status|reset|dead|export|history prune|
+"""The command line: `crawler seed|crawl|crawls|domains|quality|status|reset|dead|export|history prune|
 sitemaps|db upgrade`, and `crawler-consume`.
 
 Exit codes: 0 done, 1 an unexpected error (a traceback, passwords hidden), 2 bad input or a
@@ -40,9 +40,13 @@ from crawler.monitor import logs, readings
 from crawler.monitor.endpoint import METRICS_ADDR
 from crawler.monitor.metrics import AckAfter, DomainStats, Metrics
 from crawler.monitor.progress import PROGRESS_SAMPLE_EVERY, Progress
+from crawler.monitor.quality import thresholds
 from crawler.monitor.status import render, status, watch
 from crawler.names import HEARTBEAT_TTL
 from crawler.programs import EXIT_USAGE, Parser, closed_pipe, loop_factory
+from crawler.quality.coverage import Coverage, coverage_of
+from crawler.quality.report import render as render_quality
+from crawler.quality.report import reparse_report
 from crawler.redact import redact
 from crawler.reparse.linking import links_into
 from crawler.reparse.run import Progress as ReparseProgress
@@ -53,7 +57,7 @@ from crawler.service.control import Schema
 from crawler.service.inputs import DEAD_LIMIT, DEAD_REASONS, CrawlRequest
 from crawler.service.migration import migrate_frontier
 from crawler.settings import Settings
-from crawler.sink.crawls import STATES
+from crawler.sink.crawls import STATES, CrawlStore
 from crawler.sink.export import FORMATS, Query, export, parse_since
 from crawler.sink.export_object import export_to_object
 from crawler.sink.prune import Pruner
@@ -425,6 +429,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="list as JSON lines")
     _common(p, sub=True)
 
+    p = sub.add_parser(
+        "quality", help="a crawl's field coverage and failed expectations, beside the last finished crawl"
+    )
+    p.add_argument("--crawl", metavar="ID", help="this crawl (default: the newest)")
+    p.add_argument("--domain", help="only this domain")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _common(p, sub=True)
+
     p = sub.add_parser("domains", help="domains: list them, pause or resume one fleet-wide")
     p.add_argument("action", choices=["list", "pause", "resume"])
     p.add_argument("domain", nargs="?", help="the domain (pause, resume)")
@@ -464,6 +476,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--dataset",
         action="store_true",
         help="pages with content, one JSON record each: url, title, lang, markdown, fetched_at, digest",
+    )
+    p.add_argument(
+        "--invalid",
+        action="store_true",
+        help="only pages that failed an expectation, each with its `expectations` (name and reason)",
     )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--out", type=Path, help="file to write (default: stdout; parquet needs a file)")
@@ -620,6 +637,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             await _crawls(settings, config, args)
         elif args.command == "domains":
             await _domains_verb(settings, config, args)
+        elif args.command == "quality":
+            async with Control.open(settings, config, "crawler quality", "check") as control:
+                report = await control.quality(args.crawl, args.domain)
+            print(_json(report.to_json(), indent=2) if args.json else render_quality(report))
         elif args.command == "sitemaps":
             async with Control.open(settings, config, "crawler sitemaps", "check") as control:
                 began = await control.read_sitemaps(args.domain)
@@ -725,6 +746,7 @@ async def _reparse(settings: Settings, config: CrawlConfig, args: argparse.Names
     for sig in (signal.SIGINT, signal.SIGTERM) if stoppable else ():
         loop.add_signal_handler(sig, on_signal, sig)
     store = ReparseStore(settings.database_url)
+    before = await _kept_coverage(settings, args.crawl)
     last = [0.0]
 
     def report(p: ReparseProgress) -> None:
@@ -763,10 +785,28 @@ async def _reparse(settings: Settings, config: CrawlConfig, args: argparse.Names
         f"{done.done:,} pages read again{resumed}: {done.changed:,} changed, {done.skipped:,} not pages "
         f"(redirects, errors, not HTML), {done.failed:,} unreadable, {done.links:,} links routed"
     )
+    after = await _kept_coverage(settings, args.crawl)
+    if args.crawl and before is not None and after:
+        chosen = {d: c for d, c in after.items() if not domains or d in domains}
+        limits = {d: thresholds(config, d) for d in chosen}
+        print(render_quality(reparse_report(args.crawl, before, chosen, limits)))
     if received and done.done < done.total:
         print("stopped: the same command resumes where this one stopped", file=sys.stderr)
         return 128 + received[0]  # 130 for Ctrl-C, 143 for SIGTERM, as a shell reports them
     return EXIT_OK
+
+
+async def _kept_coverage(settings: Settings, crawl: str | None) -> dict[str, Coverage] | None:
+    """An ended crawl's coverage per domain as its row keeps it (what a re-parse corrects); None if
+    there is no such crawl, or it has not ended (its counts are its workers')."""
+    if crawl is None:
+        return None
+    records = CrawlStore(settings.database_url)
+    try:
+        record = await asyncio.to_thread(records.get, crawl)
+    finally:
+        records.close()
+    return None if record is None or record.counts is None else coverage_of(record.counts)
 
 
 def _usage(args: argparse.Namespace, message: str) -> int:
@@ -781,7 +821,7 @@ def _export(args: argparse.Namespace) -> int:
     try:
         since = parse_since(args.since) if args.since else None
         changed = parse_since(args.changed_since, "--changed-since") if args.changed_since else None
-        query = Query(args.domain, since, args.history, changed, args.dataset)
+        query = Query(args.domain, since, args.history, changed, args.dataset, args.invalid)
         settings = Settings.from_env()
         check_schema(settings.database_url)
         if args.to:

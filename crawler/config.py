@@ -25,9 +25,11 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from crawler.errors import ConfigError
 from crawler.openweb import describe
+from crawler.quality.expect import Expect, unknown_key
 
 Priority = Annotated[int, Field(ge=0, le=9)]
 
@@ -396,6 +398,9 @@ class Rules(_Strict):
     near_duplicates: Annotated[NearDuplicates | None, BeforeValidator(_near)] = Field(
         default_factory=NearDuplicates
     )
+    # What the extracted data must look like, per domain and per URL rule (docs/quality.md); None:
+    # nothing is expected, and each `extract` field's coverage is counted all the same.
+    expect: Expect | None = None
 
     def fetch_for(self, url: str) -> FetchSpec:
         """How `url` is fetched: the first fetch rule found in its path and query, else `fetch`."""
@@ -475,6 +480,7 @@ class DomainRules(_Strict):
     archive: bool | None = None
     content: Annotated[ContentRules | None, BeforeValidator(_content)] = None
     near_duplicates: Annotated[NearDuplicates | None, BeforeValidator(_near)] = None
+    expect: Expect | None = None
 
 
 @lru_cache(maxsize=1024)
@@ -745,6 +751,9 @@ class CrawlConfig(_Strict):
         for key in ("content", "near_duplicates"):  # `off` for this domain, whatever the defaults say
             if key in overrides.model_fields_set and getattr(overrides, key) is None:
                 merged[key] = None
+        # A domain's `expect:` replaces the defaults' whole: kept as the model it is, since dumped and
+        # validated again a page rule's unset `schema` would read as set.
+        merged["expect"] = overrides.expect if overrides.expect is not None else self.defaults.expect
         return Rules.model_validate(merged)
 
     def domain_of(self, host: str) -> str | None:
@@ -788,7 +797,15 @@ def _format_errors(path: str, text: str, exc: ValidationError) -> str:
         root: yaml.Node | None = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError:
         root = None
-    return "; ".join(f"{path}{_line_of(root, err['loc'])}: {describe(err)}" for err in exc.errors())
+    return "; ".join(f"{path}{_line_of(root, err['loc'])}: {_describe(err)}" for err in exc.errors())
+
+
+def _describe(err: ErrorDetails) -> str:
+    # A mistyped key in `expect:` is answered with the key meant (`regex`: did you mean 'pattern'?).
+    loc = err["loc"]
+    if err["type"] == "extra_forbidden" and "expect" in loc[:-1]:
+        return f"{'.'.join(str(p) for p in loc)}: {unknown_key(str(loc[-1]))}"
+    return describe(err)
 
 
 def _line_of(node: yaml.Node | None, loc: tuple[int | str, ...]) -> str:

@@ -451,3 +451,34 @@ domains:
     ):
         with pytest.raises(ConfigError, match=why):
             parse_config(f"domains:\n  a.test: {{sitemaps: {bad}}}\n")
+
+
+def test_expect_per_domain_and_per_url_rule_and_its_mistakes_in_one_line(tmp_path: Path) -> None:
+    config = parse_config(
+        "defaults: {expect: {min_items: 5}}\n"
+        "domains:\n"
+        "  shop.test:\n"
+        "    extract: {price: .price}\n"
+        "    expect:\n"
+        "      fields: {price: {present: 95%, range: '> 0'}}\n"
+        "      pages: [{name: product, match: ^/p/, fields: {sku: {pattern: '^[A-Z]'}}}]\n"
+        "  other.test: {}\n"
+    )
+    shop = config.rules["shop.test"].expect
+    assert shop is not None and shop.fields["price"].present == 0.95 and shop.pages[0].name == "product"
+    assert "json_schema" not in shop.pages[0].model_fields_set  # the domain's schema still applies there
+    other = config.rules["other.test"].expect
+    assert other is not None and other.min_items == 5
+    for text, said in [
+        ("{price: {range: '=> 0'}}", "domains.a.test.expect.fields.price.range: unknown comparison '=>'"),
+        ("{sku: {regex: x}}", "domains.a.test.expect.fields.sku.regex: unknown key; did you mean 'pattern'?"),
+        ("{price: {present: 95}}", "domains.a.test.expect.fields.price.present: 95 is not a rate"),
+    ]:
+        path = tmp_path / "d.yaml"
+        path.write_text(f"domains:\n  a.test:\n    expect:\n      fields: {text}\n")
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+        message = str(info.value).replace(str(tmp_path) + "/", "")
+        assert message.startswith(f"d.yaml:4: {said}") and "\n" not in message, message
+    with pytest.raises(ConfigError, match=r"domains\.a\.test\.expect\.schema: not a valid JSON Schema"):
+        parse_config("domains: {a.test: {expect: {schema: {type: objekt}}}}")

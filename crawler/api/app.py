@@ -141,6 +141,17 @@ class SeriesOut(BaseModel):
         return cls(crawl=view.crawl, start=view.start, step=view.step, domains=view.domains)
 
 
+class QualityOut(BaseModel):
+    """A crawl's coverage table (docs/quality.md): per domain, items, each field's fill rate and each
+    expectation's failures as {n, of, rate}, beside `before` (the last finished crawl's), and alerts."""
+
+    crawl: str | None
+    finished: bool
+    labels: dict[str, str]
+    alerts: int
+    domains: list[dict[str, Any]]
+
+
 class RobotsOut(BaseModel):
     """A domain's robots.txt over its origins: ok, none (all allowed), unavailable, or unknown yet."""
 
@@ -512,6 +523,19 @@ async def get_crawl(crawl: CrawlId, request: Request) -> CrawlOut:
 async def crawl_series(crawl: CrawlId, request: Request) -> SeriesOut:
     """Pages the crawl stored per domain over time, in at most 120 steps: its pages/s chart."""
     return SeriesOut.of(await _control(request).crawl_series(crawl))
+
+
+@v1.get(
+    "/crawls/{crawl}/quality", dependencies=READ, response_model=QualityOut, responses=_problem_responses(404)
+)
+async def crawl_quality(
+    crawl: CrawlId,
+    request: Request,
+    domain: Annotated[str | None, Query(max_length=253, description="only this domain")] = None,
+) -> QualityOut:
+    """The crawl's field coverage and failed expectations per domain, beside the last finished crawl."""
+    report = await _control(request).quality(crawl, domain)
+    return QualityOut.model_validate(report.to_json())
 
 
 @v1.post(

@@ -16,6 +16,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from crawler.names import Names
+from crawler.quality.coverage import is_quality
 from crawler.sink.crawls import CrawlRecord, CrawlStore
 from crawler.sink.crawls import CrawlState as StoredState
 from crawler.sink.domains import DomainStore
@@ -160,6 +161,20 @@ def reported(counts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int
     }
 
 
+def kept(counts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """What a crawl's row keeps once it ended: its counts as reported, and its data quality counts
+    (`q:` kinds, crawler/quality/coverage.py), from which its coverage is read ever after."""
+    out = reported(counts)
+    for domain, c in counts.items():
+        out[domain].update({kind: n for kind, n in c.items() if is_quality(kind)})
+    return out
+
+
+def outcomes(counts: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """A row's kept counts as the views of outcomes show them: without its quality counts."""
+    return {d: {k: n for k, n in c.items() if not is_quality(k)} for d, c in counts.items()}
+
+
 class CrawlState:
     """One fleet's crawl state in Redis."""
 
@@ -227,7 +242,7 @@ class CrawlState:
         """Mark a crawl's record ended now with its counts now; False if it had ended already."""
         if self._records is None:
             return False
-        counts = reported(await self.counts(crawl))
+        counts = kept(await self.counts(crawl))
         ended = await asyncio.to_thread(self._records.end, crawl, state, counts)
         if ended:
             log.info("crawl %s %s", crawl, state)
@@ -237,7 +252,7 @@ class CrawlState:
         """A crawl's counts as every view shows them: live while it runs, else those its record kept."""
         if record.state == "running":
             return reported(await self.counts(record.id))
-        return record.counts or {}
+        return outcomes(record.counts or {})
 
     async def series(self, crawl: str) -> list[Span]:
         """A crawl's pages stored over time, as the spans its series holds (coarser as it aged)."""

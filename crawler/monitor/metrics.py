@@ -28,6 +28,7 @@ from crawler.errors import (
 )
 from crawler.frontier.retry import Failure
 from crawler.frontier.router import Routed
+from crawler.quality.metrics import CoverageMetrics
 from crawler.sink.sql import PageRecord
 
 FETCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -340,6 +341,8 @@ class Metrics:
             "Seconds RabbitMQ has blocked this worker's publishes since it started",
             registry=r,
         )
+        # Each field's fill rate in its domain's running crawl, and its floor (docs/quality.md).
+        self.coverage = CoverageMetrics(r)
 
     def follow_blocking(self, blocking: Blocking) -> None:
         """Report the publishing connection's blocked state, read when scraped."""

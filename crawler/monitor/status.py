@@ -21,6 +21,7 @@ from crawler.failover import first_node
 from crawler.frontier.crawls import CrawlState
 from crawler.frontier.exchanges import domain_queues
 from crawler.monitor.heartbeat import workers
+from crawler.monitor.quality import quality
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlRecord, CrawlStore
 from crawler.sink.schedule import Backlog, Schedule
@@ -210,6 +211,27 @@ def _stored(database_url: str, domains: list[str]) -> _Stored:
         crawls.close()
 
 
+async def _quality_alerts(settings: Settings, config: CrawlConfig) -> list[dict[str, str]]:
+    """The coverage alerts (docs/quality.md) of the running crawls, and of the newest crawl if it ended."""
+    store = CrawlStore(settings.database_url)
+    try:
+        crawls = await asyncio.to_thread(store.list, "running", 20)
+        newest = await asyncio.to_thread(store.list, None, 1)
+        if newest and newest[0].state != "running":
+            crawls.append(newest[0])
+        async with connections.redis(settings.redis_url) as redis:
+            state = CrawlState(redis, settings.names)
+            reports = [await quality(state, store, config, crawl) for crawl in crawls]
+    finally:
+        store.close()
+    return [
+        {"crawl": r.crawl or "", "domain": d.domain, "kind": a.kind, "message": a.message}
+        for r in reports
+        for d in r.domains
+        for a in d.alerts
+    ]
+
+
 async def _workers(settings: Settings) -> list[dict[str, Any]]:
     async with connections.redis(settings.redis_url) as redis:
         found = await workers(redis, settings.names)
@@ -246,6 +268,7 @@ async def status(
         _workers(settings),
     )
     skipped = await _skipped(settings, stored.crawls)
+    alerts = await _quality_alerts(settings, config)  # the schema was checked by _stored
     missing = QueueDepth("", 0, None, 0)
     now = datetime.now(UTC)
     domains = []
@@ -280,6 +303,7 @@ async def status(
         "queues": [asdict(depths[q]) for q in extra if q in depths],
         "pages_per_second": round(sum(stored.recent.values()) / RATE_WINDOW, 2),
         "workers": found,
+        "quality_alerts": alerts,
     }
 
 
@@ -393,9 +417,16 @@ def _summary(data: dict[str, Any]) -> str:
 def render(data: dict[str, Any]) -> str:
     """The status as plain tables for a person."""
     parts = [_columns(_queue_rows(data)), "", _summary(data)]
+    parts += _alert_lines(data)
     if data["workers"]:
         parts += ["", _columns(_worker_rows(data))]
     return "\n".join(parts)
+
+
+def _alert_lines(data: dict[str, Any]) -> list[str]:
+    """A line per coverage alert: a field's coverage fell (`crawler quality` shows the table)."""
+    alerts = data.get("quality_alerts", [])
+    return [f"! crawl {a['crawl']}: {a['message']} (crawler quality --crawl {a['crawl']})" for a in alerts]
 
 
 def rich_tables(data: dict[str, Any]) -> Group:
@@ -407,6 +438,13 @@ def rich_tables(data: dict[str, Any]) -> Group:
     for row in rows:
         queues.add_row(*row)
     parts: list[Table] = [queues]
+    lines = _alert_lines(data)
+    if lines:
+        alerts = Table(title="data quality", title_justify="left", show_header=False)
+        alerts.add_column("alert", style="bold red")
+        for line in lines:
+            alerts.add_row(line)
+        parts.append(alerts)
     if data["workers"]:
         table = Table(title="workers", title_justify="left")
         head, *rows = _worker_rows(data)

@@ -289,12 +289,13 @@ def error_lines(exc: ValidationError, where: str) -> list[str]:
         path = ".".join([where, *(str(p) for p in err["loc"])])
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            message = _unknown(str(err["loc"][-1]))
+            message = unknown_key(str(err["loc"][-1]))
         lines.append(f"{path}: {message}")
     return lines
 
 
-def _unknown(key: str) -> str:
+def unknown_key(key: str) -> str:
+    """What to say of an unknown key of an `expect:` section: the key meant, if one is near."""
     known = {*FieldExpect.model_fields, *Expect.model_fields, *PageExpect.model_fields, "schema"}
     guess = _SYNONYMS.get(key.lower()) or next(iter(difflib.get_close_matches(key, sorted(known), n=1)), None)
     hint = f"; did you mean {guess!r}?" if guess else " (docs/quality.md lists the keys)"

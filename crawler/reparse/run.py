@@ -22,6 +22,7 @@ from crawler.changes.feed import ChangeFeed
 from crawler.config import CrawlConfig
 from crawler.dedup.near import NearIndexes
 from crawler.errors import FeedError
+from crawler.quality.checks import Expectations, Verdict
 from crawler.reparse.extraction import Result, reread, start
 from crawler.reparse.linking import Links
 from crawler.sink.reparsed import ReparseStore, Reread, Run, Selection, Target
@@ -85,6 +86,7 @@ class Reparser:
         self._before = 0  # pages an earlier process of the run had done
         self._warned: set[str] = set()  # files whose unreadable records were said
         self._unconfigured: set[str] = set()  # domains met that domains.yaml no longer has
+        self._expectations: dict[str, Expectations] = {}  # per domain, compiled once
 
     async def run(self, stop: asyncio.Event, report: Callable[[Progress], None]) -> Progress:
         """Read every selected page again (until `stop` is set: the batch under way is finished and
@@ -145,7 +147,8 @@ class Reparser:
         self._skipped += sum(1 for r in results if r.outcome in ("skipped", "unconfigured"))
         links = await self._route(results, run)
         results = [await self._claimed(r) for r in results]
-        changed = [reread_ for r in results if (reread_ := self._changed(r)) is not None]
+        quality: dict[str, dict[tuple[str, str], int]] = defaultdict(dict)
+        changed = [reread_ for r in results if (reread_ := self._changed(r, quality)) is not None]
         written = await asyncio.to_thread(
             self._store.commit,
             run,
@@ -154,6 +157,7 @@ class Reparser:
             pages=len(targets),
             failed=len(missing),
             links=links,
+            quality=quality,
         )
         if written and self._feed is not None:
             await self._announce(written)
@@ -208,8 +212,31 @@ class Reparser:
         original = match.page if match is not None else None
         return replace(result, content=replace(content, near_duplicate_of=original))
 
-    def _changed(self, result: Result) -> Reread | None:
-        """The row `result` makes, if it differs from the stored one."""
+    def _checked(self, result: Result, quality: dict[str, dict[tuple[str, str], int]]) -> Verdict | None:
+        """The page's new data checked against its domain's expectations, and the change to its crawl's
+        quality counts: its new verdict's kinds in, its stored data's (checked as now) out."""
+        read, target = result.read, result.target
+        if read is None:
+            return None
+        expectations = self._expectations.get(target.domain)
+        if expectations is None:
+            rules = self._config.rules_for(target.domain)
+            expectations = self._expectations[target.domain] = Expectations(rules.expect, rules.extract)
+        now = expectations.check(target.url, read.data or {})
+        if target.crawl is not None:
+            then = expectations.check(target.url, target.data or {})
+            changes = quality[target.crawl]
+            for kinds, sign in ((now.kinds, 1), (then.kinds, -1)):
+                for kind in kinds:
+                    key = (target.domain, kind)
+                    changes[key] = changes.get(key, 0) + sign
+        return now
+
+    def _changed(self, result: Result, quality: dict[str, dict[tuple[str, str], int]]) -> Reread | None:
+        """The row `result` makes, if it differs from the stored one; its crawl's quality counts
+        changed into `quality`."""
+        verdict = self._checked(result, quality)
+        failed = (verdict.listed() or None) if verdict is not None else None
         read, target, content = result.read, result.target, result.content
         history = self._config.rules_for(target.domain).history is not None
         new_content = content if content is not None and content != target.content else None
@@ -217,16 +244,26 @@ class Reparser:
             if new_content is None and (content is None or result.title == target.title):
                 return None
             title = result.title if content is not None else target.title
-            return Reread(target, title, target.data, target.error, target.signature, history, new_content)
+            return Reread(
+                target,
+                title,
+                target.data,
+                target.error,
+                target.signature,
+                history,
+                new_content,
+                target.expectations,
+            )
         data = read.data or None
         signature = read.signature if target.signature is not None else None
         if (
             (read.title, data, read.error) == (target.title, target.data, target.error)
             and (signature is None or signature == target.signature)
             and new_content is None
+            and failed == target.expectations
         ):
             return None
-        return Reread(target, read.title, data, read.error, signature, history, new_content)
+        return Reread(target, read.title, data, read.error, signature, history, new_content, failed)
 
     async def _route(self, results: Sequence[Result], run: Run) -> int:
         """Route the links of the pages read; those seen before are dropped by dedup. How many went."""

@@ -23,12 +23,14 @@ from crawler.frontier.crawls import (
     CrawlOptions,
     CrawlState,
     Span,
-    reported,
+    kept,
 )
 from crawler.frontier.urls import canonicalise
 from crawler.gateway.report import GatewayStatus, gateways
 from crawler.monitor.heartbeat import WorkerStatus, workers
+from crawler.monitor.quality import quality
 from crawler.monitor.status import status
+from crawler.quality.report import QualityReport
 from crawler.scheduler.running import scheduling
 from crawler.service.health import DomainHealth, domain_health
 from crawler.settings import Settings
@@ -255,6 +257,18 @@ class Control:
         credits = await asyncio.to_thread(self._store.credits, [crawl])
         return await self._view(record, credits.get(crawl))
 
+    async def quality(self, crawl: str | None = None, domain: str | None = None) -> QualityReport:
+        """A crawl's coverage table (the newest crawl's if `crawl` is None), of `domain` alone if given,
+        beside each domain's last finished crawl; NotFound if there is no such crawl."""
+        if crawl is None:
+            newest = await asyncio.to_thread(self._store.list, None, 1)
+            if not newest:
+                raise NotFound("no crawl yet: start one with `crawler seed` or `crawler crawl`")
+            record = newest[0]
+        else:
+            record = await self._record(crawl)
+        return await quality(self._state, self._store, self.config, record, domain)
+
     async def crawl_series(self, crawl: str) -> SeriesView:
         """The pages a crawl stored per domain over its life so far, in at most SERIES_POINTS steps
         (none finer than its series keeps)."""
@@ -272,7 +286,7 @@ class Control:
         if record.state in OPEN:
             # Redis first: workers check it before each fetch. From here its counts are frozen.
             await self._state.cancel(crawl)
-            counts = reported(await self._state.counts(crawl))
+            counts = kept(await self._state.counts(crawl))
             await asyncio.to_thread(self._store.end, crawl, "cancelled", counts)
         return await self.get_crawl(crawl)
 

@@ -63,6 +63,7 @@ class Query:
     history: bool = False
     changed_since: datetime | None = None
     dataset: bool = False
+    invalid: bool = False  # only pages that failed an expectation, each with its failures
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +103,12 @@ _VERSIONS = _Shape(
 VERSION_COLUMNS = tuple(_VERSIONS.columns)
 
 
+# `--invalid`: the pages' columns, then the expectations each failed ({"name", "reason"} each).
+_INVALID = _Shape({**_PAGES.columns, "expectations": Page.expectations}, Page.data, _PAGES.types)
+
+
 def _shape(query: Query) -> _Shape:
-    return _VERSIONS if query.history else _PAGES
+    return _VERSIONS if query.history else _INVALID if query.invalid else _PAGES
 
 
 @dataclass(slots=True)
@@ -148,6 +153,11 @@ def export(
     if query.dataset and (fmt != "jsonl" or query.history):
         raise ConfigError(
             "--dataset writes JSON lines of pages: use it with --format jsonl, without --history"
+        )
+    if query.invalid and (fmt == "parquet" or query.history or query.dataset):
+        raise ConfigError(
+            "--invalid lists failing pages as JSON lines or CSV: use --format jsonl or csv, "
+            "without --history or --dataset"
         )
     if fmt == "parquet":
         _need_pyarrow()
@@ -217,6 +227,8 @@ def _select(query: Query, *columns: Any) -> Select[Any]:
             PageVersion.fetched_at > query.changed_since.astimezone(UTC)
         )
         stmt = stmt.where(Page.id.in_(changed))
+    if query.invalid:
+        stmt = stmt.where(Page.expectations.is_not(None))
     return stmt
 
 
@@ -304,7 +316,7 @@ def _csv(engine: Any, query: Query, stream: IO[str], batch: int) -> int:
     count = 0
     for row in _rows(engine, _select(query, *shape.select()), batch):
         data = row[-1] if isinstance(row[-1], dict) else {}
-        fixed = [_inert(_plain(name, value)) for name, value in zip(shape.columns, row, strict=False)]
+        fixed = [_cell(_plain(name, value)) for name, value in zip(shape.columns, row, strict=False)]
         writer.writerow([*fixed, *(_cell(data.get(key)) for key in names)])
         count += 1
     return count

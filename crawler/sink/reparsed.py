@@ -4,7 +4,7 @@ and each batch's rows, versions and the run's cursor, committed in one transacti
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from crawler.archive import Archived
 from crawler.errors import SinkError
 from crawler.sink import versions
+from crawler.sink.crawls import OPEN, Crawl
 from crawler.sink.sql import clean_json, clean_text, create_sink_engine, engine_url, first_line
 from crawler.sink.tables import CONTENT, Page, Reparse
 
@@ -80,6 +81,7 @@ class Target:
     signature: str | None
     archived: Archived
     content: PageContent = PageContent()
+    expectations: list[dict[str, str]] | None = None  # those it failed, as stored (docs/quality.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,7 @@ class Reread:
     signature: str | None
     history: bool
     content: PageContent | None = None
+    expectations: list[dict[str, str]] | None = None  # those its new reading failed
 
 
 @dataclass(slots=True)
@@ -114,6 +117,7 @@ _TARGET = (
     *(Page.title, Page.data, Page.error, Page.signature),
     *(Page.warc_file, Page.warc_offset, Page.warc_length, Page.warc_digest, Page.warc_date),
     *(Page.markdown, Page.text, Page.lang, Page.simhash, Page.content_refused, Page.near_duplicate_of),
+    Page.expectations,
 )
 CONTENT_FIELDS = CONTENT
 
@@ -161,7 +165,7 @@ class ReparseStore:
                 (id_, url, domain, depth, crawl, final_url, title, data, error, signature, *rest) = tuple(row)
                 file, offset, length, digest, date = rest[:5]
                 archived = Archived(file, offset, length, digest or "", date or "")
-                content = PageContent(*rest[5:])
+                content = PageContent(*rest[5:11])
                 out.append(
                     Target(
                         id_,
@@ -176,6 +180,7 @@ class ReparseStore:
                         signature,
                         archived,
                         content,
+                        rest[11],
                     )
                 )
             return out
@@ -183,13 +188,24 @@ class ReparseStore:
         return self._run("reading archived pages", read)
 
     def commit(
-        self, run: Run, rereads: Sequence[Reread], *, cursor: int, pages: int, failed: int, links: int
+        self,
+        run: Run,
+        rereads: Sequence[Reread],
+        *,
+        cursor: int,
+        pages: int,
+        failed: int,
+        links: int,
+        quality: Mapping[str, Mapping[tuple[str, str], int]] | None = None,
     ) -> list[versions.Version]:
-        """Store the pages whose reading changed, their versions, and the run's cursor, together;
+        """Store the pages whose reading changed, their versions, and the run's cursor, together
+        with `quality`, the changes to each ended crawl's quality counts (crawl -> (domain, kind) -> n);
         the versions written (for the change feed)."""
 
         def commit(conn: Connection) -> list[versions.Version]:
             written = self._store(conn, rereads) if rereads else []
+            for crawl, changes in (quality or {}).items():
+                _recount(conn, crawl, changes)
             conn.execute(
                 update(Reparse)
                 .where(Reparse.id == run.id)
@@ -219,6 +235,7 @@ class ReparseStore:
                 "data": r.data and clean_json(r.data),
                 "error": clean_text(r.error),
                 "signature": r.signature if r.signature is not None else r.target.signature,
+                "expectations": r.expectations or None,
             }
             for r in rereads
         }
@@ -243,7 +260,7 @@ class ReparseStore:
             update(Page)
             .where(Page.id == bindparam("b_id"))
             .values(title=bindparam("title"), data=bindparam("data"), error=bindparam("error"))
-            .values(signature=bindparam("signature"))
+            .values(signature=bindparam("signature"), expectations=bindparam("expectations"))
         )
         conn.execute(stmt, list(rows.values()))
         contents = [
@@ -277,3 +294,15 @@ class ReparseStore:
     def close(self) -> None:
         """Close every pooled connection."""
         self._engine.dispose()
+
+
+def _recount(conn: Connection, crawl: str, changes: Mapping[tuple[str, str], int]) -> None:
+    """Add `changes` to an ended crawl's kept counts; a running crawl's are its workers' (in Redis)."""
+    row = conn.execute(select(Crawl.state, Crawl.counts).where(Crawl.id == crawl)).first()
+    if row is None or row.state in OPEN or row.counts is None:
+        return
+    counts = {domain: dict(kinds) for domain, kinds in row.counts.items()}
+    for (domain, kind), n in changes.items():
+        kinds = counts.setdefault(domain, {})
+        kinds[kind] = max(0, kinds.get(kind, 0) + n)
+    conn.execute(update(Crawl).where(Crawl.id == crawl).values(counts=counts))

@@ -89,6 +89,8 @@ class PageRecord:
     simhash: int | None = None
     near_duplicate_of: str | None = None
     content_refused: str | None = None  # a Refusal code: why its body was not made into content
+    # The expectations its data failed, each {"name", "reason"} (crawler/quality/); None: none.
+    expectations: list[dict[str, str]] | None = None
 
     def __post_init__(self) -> None:
         # SQLite drops the offset when storing, so a naive or non-UTC time would be stored wrong.
@@ -194,6 +196,7 @@ def _record_row(record: PageRecord) -> dict[str, Any]:
         "depth": record.depth,
         "title": clean_text(record.title),
         "data": data,
+        "expectations": record.expectations or None,
         "fetched_at": record.fetched_at.astimezone(UTC),
         "attempts": record.attempts,
         "credits": record.credits,

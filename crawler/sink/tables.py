@@ -97,6 +97,9 @@ class Page(Base):
     simhash: Mapped[str | None] = mapped_column(String(16))
     near_duplicate_of: Mapped[str | None] = mapped_column(Text)
     content_refused: Mapped[str | None] = mapped_column(String(REFUSAL_LENGTH))
+    # The expectations its data failed (docs/quality.md), each {"name", "reason"}; None: it met them
+    # all, or none was checked (migration 0012).
+    expectations: Mapped[list[dict[str, str]] | None] = mapped_column(JSON(none_as_null=True))
 
     __table_args__ = (
         # Only scheduled rows: a domain's due query reads the index alone, in order (migration 0005).

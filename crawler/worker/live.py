@@ -5,6 +5,7 @@ from __future__ import annotations
 from crawler.config import CrawlConfig, Rules
 from crawler.frontier.scope import Scope
 from crawler.parse.extract import Fields, compile_fields
+from crawler.quality.checks import Expectations
 
 
 class LiveConfig:
@@ -13,6 +14,7 @@ class LiveConfig:
     def __init__(self, config: CrawlConfig) -> None:
         self.scope = Scope(config)
         self._fields = _compiled(config)
+        self._expectations = _expected(config)
 
     @property
     def config(self) -> CrawlConfig:
@@ -30,12 +32,30 @@ class LiveConfig:
             fields = self._fields[domain] = compile_fields(self.rules(domain).extract)
         return fields
 
+    def expectations(self, domain: str) -> Expectations:
+        """The domain's compiled expectations (docs/quality.md): every extracted page is checked."""
+        found = self._expectations.get(domain)
+        if found is None:
+            found = self._expectations[domain] = expectations_of(self.rules(domain))
+        return found
+
     def swap(self, config: CrawlConfig) -> None:
         """Put `config` in force; what is compiled from it is compiled first: a failure changes nothing."""
         fields = _compiled(config)
+        expected = _expected(config)
         self.scope.config = config
         self._fields = fields
+        self._expectations = expected
+
+
+def expectations_of(rules: Rules) -> Expectations:
+    """A domain's expectations: its `expect:` section, and the fill rate of each of its `extract` fields."""
+    return Expectations(rules.expect, rules.extract)
 
 
 def _compiled(config: CrawlConfig) -> dict[str, Fields]:
     return {d: compile_fields(config.rules_for(d).extract) for d in config.domains}
+
+
+def _expected(config: CrawlConfig) -> dict[str, Expectations]:
+    return {d: expectations_of(config.rules_for(d)) for d in config.domains}

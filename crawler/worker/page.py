@@ -24,6 +24,7 @@ from crawler.frontier.urls import fingerprint, host_of
 from crawler.parse.extract import Fields
 from crawler.parse.reading import read_page
 from crawler.parse.signature import signature_of
+from crawler.quality.checks import Expectations, Verdict
 from crawler.sink.sql import PageRecord
 from crawler.worker.archiving import Archiving
 from crawler.worker.backoffs import KeptBackoffs
@@ -71,6 +72,8 @@ class Outcome:
     extraction_failures: tuple[str, ...] = ()  # required fields missing, or PARSE_HOOK if its hook failed
     seen: Seen = Seen()  # validators and signature of the answer, when there was one
     disallowed: bool = False  # robots.txt keeps the page out: skipped, by policy, not failed
+    # Its data checked against its domain's expectations (None: no extraction ran); counted with it.
+    verdict: Verdict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,7 @@ class Visitor:
         start_by: float | None = None,
         admitted: Admitted | None = None,
         refresh: Refresh | None = None,
+        expectations: Expectations | None = None,
     ) -> Outcome:
         """Visit `record.url` under the domain's `rules`; never raises for what the site does.
 
@@ -175,6 +179,7 @@ class Visitor:
         that would start after `start_by` (monotonic) is not started: the outcome is `late`.
         `admitted`: robots.txt and the first ask for a token were done by the page's admission.
         `refresh`: the stored page's validators, sent as a conditional request (a 304 is not parsed).
+        `expectations`: what its extracted data is checked against (None: nothing is checked).
         """
         domain, url = record.domain, record.url
         crawl_delay = None
@@ -283,9 +288,16 @@ class Visitor:
             sign=sign,
         )
         record = replace(record, title=read.title, data=read.data or None, error=read.error)
+        # Checked whether or not a required field failed it: its fill counts go with every page read.
+        # A page failing an expectation is stored as it is, never retried: a fetch does not mend markup.
+        checked = None if expectations is None else expectations.check(record.url, read.data or {})
+        if checked is not None and checked.failures:
+            record = replace(record, expectations=checked.listed())
         if read.error is not None:
             failure = Failure("permanent", read.error, response.status_code)
-            return Outcome(record, read.links, failure, waited, fetched, extraction_failures=read.blamed)
+            return Outcome(
+                record, read.links, failure, waited, fetched, extraction_failures=read.blamed, verdict=checked
+            )
         links: Sequence[str] = read.links
         # A refresh that finds the stored content keeps its content columns: no need to make them.
         unchanged = refresh is not None and refresh.unchanged(read.signature)
@@ -293,7 +305,8 @@ class Visitor:
             made = await self._contents.page(record, rules, response.body, response.final_url)
             # A near-duplicate's links are not followed: its row's near_duplicate_of says why.
             record, links = made.record, () if made.skip_links else links
-        return Outcome(record, links, None, waited, fetched, seen=replace(seen, signature=read.signature))
+        seen = replace(seen, signature=read.signature)
+        return Outcome(record, links, None, waited, fetched, seen=seen, verdict=checked)
 
     def _redirected(
         self,

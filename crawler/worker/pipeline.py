@@ -156,6 +156,7 @@ class Pipeline:
                 self._live.config.start_by(received, rules),
                 checked.admitted if checked is not None else None,
                 crawl.refresh,
+                self._live.expectations(domain),
             )
         except Cancelled:
             return await self._ends.done(message, domain, "cancelled")
@@ -211,6 +212,9 @@ class Pipeline:
         self._log(kind, outcome, crawl, attempts, links=len(outcome.links) if settled.route else 0)
         counts = self._ends.changes(message, crawl, domain, kind)
         if counts is not None:
+            if outcome.verdict is not None and crawl.refresh is None:
+                # With its outcome, in the one atomic step: a crawl's coverage is read from its counts.
+                counts.update(outcome.verdict.counts(domain))
             for r in routed:
                 for d, n in r.by_domain.items():
                     counts[d, "routed"] = counts.get((d, "routed"), 0) + n

@@ -26,7 +26,9 @@ How = Literal["new", "changed", "not_modified", "same_signature", "gone", "faile
 # Columns a refresh leaves as they were: the content, when it is unchanged or gone...
 # Its archived answer (ARCHIVE_COLUMNS) is the one its kept content was read from.
 CONTENT = (
-    frozenset({"final_url", "content_type", "title", "data", "signature", "changed_at", "rendered"})
+    frozenset(
+        {"final_url", "content_type", "title", "data", "expectations", "signature", "changed_at", "rendered"}
+    )
     | ARCHIVE_COLUMNS
     | CONTENT_COLUMNS
 )

@@ -14,6 +14,7 @@ from crawler.monitor import endpoint, readings
 from crawler.monitor.endpoint import METRICS_ADDR
 from crawler.monitor.heartbeat import Heartbeat
 from crawler.monitor.metrics import Metrics
+from crawler.monitor.quality import COVERAGE_EVERY, export_coverage
 from crawler.monitor.sampler import SAMPLE_EVERY, QueueSampler
 from crawler.names import HEARTBEAT_TTL
 from crawler.worker.alongside import background
@@ -31,6 +32,7 @@ class Monitoring:
     addr: str = METRICS_ADDR
     heartbeat_ttl: float = HEARTBEAT_TTL
     sample_every: float = SAMPLE_EVERY
+    coverage_every: float = COVERAGE_EVERY
 
 
 @asynccontextmanager
@@ -62,5 +64,19 @@ async def monitored(
             monitoring.metrics,
             monitoring.sample_every,
         )
-        await stack.enter_async_context(background(heartbeat.run(), sampler.run()))
+        watchers = [heartbeat.run(), sampler.run()]
+        parts = consumer.parts
+        if monitoring.port is not None and parts.crawls is not None and parts.crawl_records is not None:
+            # Served only: the gauges are for Prometheus, which alerts on them (CrawlerFieldCoverageLow).
+            watchers.append(
+                export_coverage(
+                    monitoring.metrics.coverage,
+                    parts.crawls,
+                    parts.crawl_records,
+                    lambda: consumer.config,
+                    lambda: consumer.domains,
+                    monitoring.coverage_every,
+                )
+            )
+        await stack.enter_async_context(background(*watchers))
         yield heartbeat

@@ -111,6 +111,13 @@ def test_two_crawls_of_one_site_both_fetch_it(api: Api, settings: Settings, site
             assert counts["ok"] == 31 and counts["failed"] == 1 and counts["pending"] == 0, counts
         listed = client.get("/v1/crawls", params={"state": "finished"}).json()["crawls"]
         assert {c["id"] for c in listed} == {first["id"], second["id"]}
+        # Each `extract` field's coverage is kept with the crawl, the second beside the first.
+        quality = client.get(f"/v1/crawls/{second['id']}/quality").json()
+        (shop,) = quality["domains"]
+        assert quality["finished"] and shop["baseline"] == first["id"], quality
+        price = next(r for r in shop["fields"] if (r["pages"], r["field"]) == ("all", "price"))
+        assert price["now"] == price["before"] == {"n": 30, "of": 31, "rate": round(30 / 31, 4)}, price
+        assert quality["alerts"] == 0
 
 
 async def test_a_cancel_stops_new_fetches_of_the_crawl_and_its_counts(
@@ -245,6 +252,7 @@ def test_unknown_crawls_and_domains_are_404_problems(api: Api) -> None:
     with api.client() as client:
         for method, path in [
             ("get", "/v1/crawls/nosuch"),
+            ("get", "/v1/crawls/nosuch/quality"),
             ("post", "/v1/crawls/nosuch/cancel"),
             ("delete", "/v1/crawls/nosuch"),
             ("post", "/v1/domains/elsewhere.test/pause"),

@@ -88,6 +88,8 @@ def exercised() -> Metrics:
     m.message_started("a.test")
     m.observe_queue("crawler.domain.a.test", "domain", "a.test", 7, 2)
     m.beat(1_700_000_000.0)
+    m.coverage.coverage.labels("a.test", "all", "price").set(0.5)
+    m.coverage.floor.labels("a.test", "all", "price").set(0.9)
     return m
 
 

@@ -63,7 +63,7 @@ def test_migrate_creates_the_table_and_is_idempotent(database_url: str) -> None:
             assert [i["name"] for i in inspector.get_indexes("pages") if i["column_names"] == ["domain"]] == [
                 "ix_pages_domain"
             ]
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0012"]
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0013"]
             # The migration and the model describe the same schema.
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     finally:

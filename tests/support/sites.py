@@ -73,3 +73,18 @@ def after_requests(sites: Iterable[Site], n: int) -> threading.Event:
 
     threading.Thread(target=watch, daemon=True).start()
     return event
+
+
+def switches(site: Site, after: int, routes: dict[str, Route]) -> None:
+    """Once `site` has served `after` requests, answer the paths of `routes` from them: a site whose
+    templates change mid-crawl."""
+    old = dict(site.routes)
+
+    def either(path: str) -> Route:
+        def answer(count: int) -> Reply:
+            route = routes[path] if len(site.requests) > after else old[path]  # this one is logged
+            return route(count) if callable(route) else route
+
+        return answer
+
+    site.routes = {path: either(path) if path in routes else route for path, route in old.items()}
