@@ -76,6 +76,7 @@ def exercised() -> Metrics:
     m.observe_ack_frames(2, 1)
     m.observe_refresh("a.test", "not_modified")
     m.observe_version("a.test", "changed")
+    m.observe_content("a.test", "refused", "encrypted")
     m.observe_sitemap_file("a.test", "read")
     m.observe_sitemap_url("a.test", "dropped", "other_host", 3)
     m.observe_archived("a.test", False, 9_000)
