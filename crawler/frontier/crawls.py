@@ -249,9 +249,11 @@ class CrawlState:
         return ended
 
     async def shown(self, record: CrawlRecord) -> dict[str, dict[str, int]]:
-        """A crawl's counts as every view shows them: live while it runs, else those its record kept."""
-        if record.state == "running":
-            return reported(await self.counts(record.id))
+        """A crawl's counts as every view shows them: Redis's while it holds them (every count ever
+        added, even one that came after the crawl was marked ended), else those its record kept."""
+        live = await self.counts(record.id)
+        if record.state == "running" or live:
+            return reported(live)
         return outcomes(record.counts or {})
 
     async def series(self, crawl: str) -> list[Span]:
