@@ -157,7 +157,14 @@ def test_a_crawl_ends_when_its_work_does_whoever_watches_and_ctrl_c_interrupts_i
     ended = crawls[_crawl_id(first.stderr)]
     assert ended["state"] == "finished", ended
     assert datetime.fromisoformat(ended["finished"]) <= first_ended
-    assert ended["counts"][site.host] == {"ok": 4, "failed": 1, "retrying": 0, "dead": 0, "skipped": 0, "pending": 0}
+    assert ended["counts"][site.host] == {
+        "ok": 4,
+        "failed": 1,
+        "retrying": 0,
+        "dead": 0,
+        "skipped": 0,
+        "pending": 0,
+    }
     assert crawls[_crawl_id(second.stderr)]["state"] == "finished"
     assert process.returncode == 130, err
     interrupted = crawls[_crawl_id(err)]
