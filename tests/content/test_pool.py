@@ -89,7 +89,8 @@ async def test_a_dead_process_is_refused_and_replaced() -> None:
     async with pool() as content:
         with pytest.raises(WorkRefused) as refused:
             await content.run(jobs.die)
-        assert refused.value.reason == Refusal.CRASHED and "signal 9" in str(refused.value)
+        # Its pipe may break before its exit status is read: the status then says less than the signal.
+        assert refused.value.reason == Refusal.CRASHED and "its process died" in str(refused.value)
         await replaced(content, 1)
         assert (await content.run(jobs.echo, 1))[1] == 1
 

@@ -16,11 +16,12 @@ import yaml
 from psycopg import sql
 
 from bench.postgres import PrivatePostgres
+from crawler.names import Names
 from crawler.sink.sql import migrate
 from demo.site import Route, Site, free_port, page, serve
 from tests.conftest import PG_SERVER
 from tests.support.crawls import consumer, finish, seed, stored
-from tests.support.services import settings_for
+from tests.support.services import consumers, settings_for
 from tests.support.sites import IPS, reachable, shops, write_config
 from tests.support.wait import until
 
@@ -58,6 +59,9 @@ async def crawl_through_an_outage(
         workers = [consumer(settings, "--burst") for _ in range(2)]
         try:
             await until(lambda: len(stored(database_url)) >= 3, within=60, what="a few pages stored")
+            # Both started (their start-up migrates the schema, which the outage would refuse).
+            queue = Names(settings.prefix).domain_queue("a.test")
+            await until(lambda: consumers(amqp_url, queue), lambda n: n >= 2, within=60, what="both in")
             break_sink()
             before = len(stored(database_url))
             fetched = len(sites[0].requests)
