@@ -50,6 +50,11 @@ HEARTBEAT_TTL = 30.0
 # crawler-gateway: an exit's request counts as in flight at most this long past its deadline (a
 # replica killed mid-request leaves its count to expire), and a sticky session's default life.
 GW_INFLIGHT_GRACE = 30.0
+# A crawler-gateway replica's entry in the fleet's set lapses this long after its last renewal (every
+# third of it); its unsettled requests then stop counting. A lapsed entry is kept this long (more than
+# any request's hold), so a request of a replica that stopped is never taken for one never seen.
+GW_REPLICA_TTL = 6.0
+GW_REPLICAS_KEPT = 3600.0
 GW_SESSION_TTL = 600.0
 # crawler-gateway's ban and health bookkeeping: a pair's ban streak is forgotten after this many
 # cooldown.max of quiet, an exit's failure streak after GW_FAILS_TTL, its death streak after
@@ -303,6 +308,10 @@ class Names:
         """Redis sorted set of an API key's requests in flight (member: request id|price reserved,
         score: expiry ms), for its max_concurrency and budget."""
         return f"{self.prefix}:gw:keyflight:{key_id}"
+
+    def gw_replicas_key(self) -> str:
+        """Redis sorted set of crawler-gateway replicas (score: ms their entry lapses at, Redis' clock)."""
+        return f"{self.prefix}:gw:replicas"
 
     def gw_credits_key(self, key_id: str) -> str:
         """Redis float counter of the credits an API key was charged (its ledger)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 
 from crawler.gateway.answer import BUDGET, CONCURRENCY, Refusal
@@ -25,7 +24,7 @@ class Hold:
         self.price = price
         self._domain = domain
         self._metrics = metrics
-        self._rid = uuid.uuid4().hex
+        self._rid = pool.request_id()
         self._admitted = False  # counted against the key's concurrency until a final settle
         self._exit: Exit | None = None  # reserved and not yet settled
 

@@ -7,6 +7,10 @@ replicas never send a request to a domain through one exit closer than min_inter
 exit past its in-flight cap or a key past its concurrency or its budget: a request's price is
 reserved when it is admitted and charged, or released, when it is settled.
 
+A replica renews its entry in the fleet's set of replicas every few seconds (`beat`). A request's
+in-flight entries name their replica, so one killed mid-request frees its key's concurrency and its
+exits' caps once its entry lapses (GW_REPLICA_TTL), not only when each request's hold ends.
+
 Keys are kept apart: a ban cools an (exit, domain) pair for the key that met it; the pair cools for
 every key only once bans came from ban_quorum keys, and an exit is marked dead only once failures
 came from as many, so one key cannot take exits away from the others.
@@ -15,6 +19,8 @@ came from as many, so one key cannot take exits away from the others.
 from __future__ import annotations
 
 import random
+import secrets
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -27,6 +33,8 @@ from crawler.names import (
     GW_DEATHS_TTL,
     GW_FAILS_TTL,
     GW_INFLIGHT_GRACE,
+    GW_REPLICA_TTL,
+    GW_REPLICAS_KEPT,
     GW_STRIKES_KEPT,
     Names,
 )
@@ -37,7 +45,7 @@ from crawler.names import (
 # ARGV: admit (1 on a request's first call: budget and concurrency are checked and it is counted),
 #       request ("id|price", its member of the in-flight sets), key hold ms, key cap, budget ('' for
 #       none), price, min_interval ms, session (1/0), session_ttl ms, exit hold ms, then id, cap for
-#       each candidate.
+#       each candidate; the last key is the fleet's set of replicas.
 # Returns {1, exit id}; {0, ms to wait before asking again, -1 if no candidate is usable at all};
 #         {-2} the budget is spent; {-3} the key is at its concurrency cap (neither counted).
 _RESERVE = """
@@ -47,8 +55,34 @@ local session_ttl, hold = tonumber(ARGV[9]), tonumber(ARGV[10])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+-- A member "replica/request|price" of a replica whose entry lapsed is a request that replica can
+-- no longer settle (killed or cut off); a replica never seen (none beat yet) is taken as alive.
+local replicas, lapsed = KEYS[#KEYS], {}
+local function gone(member)
+  local r = string.match(member, '^([^/|]+)/')
+  if not r then return false end
+  if lapsed[r] == nil then
+    local until_ms = redis.call('ZSCORE', replicas, r)
+    lapsed[r] = until_ms ~= false and tonumber(until_ms) < now
+  end
+  return lapsed[r]
+end
+-- Only a set at its cap is searched for them: the common case stays two calls.
+local function count(set, cap)
+  redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
+  local n = redis.call('ZCARD', set)
+  if n < cap then return n end
+  for _, member in ipairs(redis.call('ZRANGE', set, 0, -1)) do
+    if gone(member) then
+      redis.call('ZREM', set, member)
+      n = n - 1
+    end
+  end
+  return n
+end
+
 if admit then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  local in_flight = count(KEYS[1], ARGV[5] ~= '' and 0 or tonumber(ARGV[4]))
   if ARGV[5] ~= '' then
     -- What the key's requests in flight reserved counts as spent until they settle.
     local spent = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -57,7 +91,7 @@ if admit then
     end
     if spent + tonumber(ARGV[6]) > tonumber(ARGV[5]) + 1e-9 then return {-2} end
   end
-  if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[4]) then return {-3} end
+  if in_flight >= tonumber(ARGV[4]) then return {-3} end
   local key_hold = tonumber(ARGV[3])
   redis.call('ZADD', KEYS[1], now + key_hold, rid)
   redis.call('PEXPIRE', KEYS[1], key_hold + 1000)
@@ -77,8 +111,7 @@ local function state(i)
   if redis.call('EXISTS', k(i, 1)) == 1 then return 'out', -1 end
   local cool = math.max(redis.call('PTTL', k(i, 2)), redis.call('PTTL', k(i, 3)))
   if cool > 0 then return 'out', cool end
-  redis.call('ZREMRANGEBYSCORE', k(i, 4), '-inf', now)
-  if redis.call('ZCARD', k(i, 4)) >= caps[i] then return 'wait', 50 end
+  if count(k(i, 4), caps[i]) >= caps[i] then return 'wait', 50 end
   local last = tonumber(redis.call('GET', k(i, 5)) or '-1')
   if last >= 0 and now - last < interval then return 'wait', interval - (now - last) end
   return 'ok', 0
@@ -199,6 +232,19 @@ class Settled:
     fleet: bool = False  # the cooldown holds for every key (bans came from ban_quorum keys)
 
 
+# KEYS: the fleet's set of replicas (member: replica id, score: ms its entry lapses at).
+# ARGV: replica id, ms to live from now (<= 0: lapsed now, as a replica that stops), ms kept lapsed.
+_BEAT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now + (ttl > 0 and ttl or -1), ARGV[1])
+-- A lapsed entry is kept while a request of its replica may still be counted somewhere.
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[3]))
+redis.call('PEXPIRE', KEYS[1], math.max(ttl, 0) + tonumber(ARGV[3]))
+"""
+
+
 def member(request_id: str, price: float) -> str:
     """A request's member of the in-flight sets: its id and the price its key reserved for it."""
     return f"{request_id}|{price!r}"
@@ -213,6 +259,25 @@ class Pool:
         self.config = config
         self._reserve = redis.register_script(_RESERVE)
         self._settle = redis.register_script(_SETTLE)
+        self._beat = redis.register_script(_BEAT)
+        # Random, so a restart is a new replica; its requests' ids begin with it (`request_id`).
+        self.replica = secrets.token_hex(8)
+
+    def request_id(self) -> str:
+        """A new request's id, naming this replica: the request stops counting once the replica lapses."""
+        return f"{self.replica}/{uuid.uuid4().hex}"
+
+    async def beat(self) -> None:
+        """Renew this replica's entry: its requests in flight count while it stays renewed."""
+        await self._beat_for(GW_REPLICA_TTL)
+
+    async def leave(self) -> None:
+        """Lapse this replica's entry now (it stops): its unsettled requests free their slots at once."""
+        await self._beat_for(0)
+
+    async def _beat_for(self, ttl: float) -> None:
+        args: list[str | int] = [self.replica, int(ttl * 1000), int(GW_REPLICAS_KEPT * 1000)]
+        await self._beat(keys=[self._names.gw_replicas_key()], args=args)
 
     def candidates(self, country: str | None, premium: bool) -> list[Exit]:
         """Exits of the wanted country and tier, in random order (so load spreads)."""
@@ -269,6 +334,7 @@ class Pool:
                 n.gw_last_key(e.id, domain),
             ]
             args += [e.id, e.max_inflight]
+        keys.append(n.gw_replicas_key())
         answer = await self._reserve(keys=keys, args=args)
         code = int(answer[0])
         if code == 1:

@@ -36,7 +36,8 @@ from crawler.gateway.relay import Relay
 from crawler.gateway.render import Renderer
 from crawler.gateway.report import Reporter
 from crawler.gateway.setup import Setup
-from crawler.names import Names
+from crawler.monitor.liveness import BEATS_PER_TTL
+from crawler.names import GW_REPLICA_TTL, Names
 
 log = logging.getLogger("crawler.gateway")
 
@@ -89,7 +90,15 @@ class Gateway:
             except BaseException:  # a browser that cannot start: nothing is left open
                 await self._relay.close()
                 raise
+        try:  # counted as alive before its first request, so its requests are never taken for lapsed
+            await self.pool.beat()
+        except BaseException:
+            await self._relay.close()
+            if self.renderer is not None:
+                await self.renderer.close()
+            raise
         self._tasks = [
+            asyncio.create_task(self._beat()),
             asyncio.create_task(self._watch()),
             asyncio.create_task(self._probe()),
             asyncio.create_task(self.reporter.run()),
@@ -100,6 +109,8 @@ class Gateway:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):  # Redis gone: the entry lapses by itself
+            await self.pool.leave()
         await self._relay.close()
         if self.renderer is not None:
             await self.renderer.close()
@@ -173,6 +184,15 @@ class Gateway:
             "render": render,
         }
         return web.json_response(body, status=200 if alive else 503)
+
+    async def _beat(self) -> None:
+        """Renew this replica's entry in the fleet's set; a failed renewal is tried at the next beat."""
+        while True:
+            await asyncio.sleep(GW_REPLICA_TTL / BEATS_PER_TTL)
+            try:
+                await self.pool.beat()
+            except Exception as exc:
+                log.warning("cannot renew this replica's entry in Redis (%s): trying again", exc)
 
     async def _watch(self) -> None:
         """Reload proxies.yaml on an edit; an invalid edit is refused and the running one stays."""

@@ -191,3 +191,25 @@ async def test_a_ban_cools_the_pair_for_its_key_until_several_keys_met_one(redis
     for i in range(conf.dead_after + 2):
         assert not (await pool.settle(alice, rid(), e1, f"f{i}.test", "failed", 1.0, final=True)).died
     assert (await pool.settle(bob, rid(), e1, "g.test", "failed", 1.0, final=True)).died
+
+
+async def test_a_replica_s_requests_count_while_it_beats_and_free_their_slots_once_it_lapses(
+    redis: Redis, prefix: str
+) -> None:
+    conf = config(min_interval=0, exits=[{"id": "e0", "url": "http://127.0.0.41:1", "max_inflight": 1}])
+    gone, other = Pool(redis, Names(prefix), conf), Pool(redis, Names(prefix), conf)
+    await gone.beat()
+    await other.beat()
+    key = ApiKey(id="k", key_env="K", max_concurrency=2)
+    exits = list(conf.exits)
+    held = [
+        await gone.reserve(key, gone.request_id(), 1.0, exits, "a.test", None, 60, admit=True)
+        for _ in range(2)
+    ]
+    assert held[0].exit is not None and held[1].exit is None  # the exit's one slot, the key's two
+    # Alive: its requests hold the key's concurrency and the exit for their whole hold (60 s).
+    refused = await other.reserve(key, other.request_id(), 1.0, exits, "a.test", None, 60, admit=True)
+    assert refused.refused == "concurrency"
+    await gone.leave()  # what a killed replica's entry comes to once it is not renewed
+    got = await other.reserve(key, other.request_id(), 1.0, exits, "a.test", None, 60, admit=True)
+    assert got.refused is None and got.exit is not None and got.exit.id == "e0"
