@@ -47,6 +47,9 @@ FIRST_BAND_WORD = "^"
 # A worker's heartbeat key lives this long unless renewed; it is renewed every third of it, so a
 # worker must miss three beats in a row before it shows as gone.
 HEARTBEAT_TTL = 30.0
+# The one field of a crawl's counts hash without a domain: work it opened (URLs and sitemap tasks, as
+# they are first claimed) less work closed (their outcomes); the crawl ends when it is back to 0.
+OPEN_FIELD = "open"
 # crawler-gateway: an exit's request counts as in flight at most this long past its deadline (a
 # replica killed mid-request leaves its count to expire), and a sticky session's default life.
 GW_INFLIGHT_GRACE = 30.0

@@ -27,7 +27,7 @@ from redis.exceptions import ResponseError
 
 from crawler.config import DedupConfig
 from crawler.errors import ConfigError, DedupLost
-from crawler.names import Names
+from crawler.names import OPEN_FIELD, Names
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +52,10 @@ MAX_CRAWL_STORES = 256  # per-crawl stores a process keeps made
 # layout (a confirm may have made the meta hash again, with a count), and a process that used the
 # store before (`known`) must not go on as if it were new; `reset` marks a store emptied on purpose.
 # KEYS[1] the meta hash, KEYS[2] the plain hash, ARGV[1] the layout, a tab and how the caller knows the
-# store: `known`, `new` (never used here: ask before creating it) or `create`.
+# store: `known`, `new` (never used here: ask before creating it) or `create`, then a tab and 1 if the
+# store is a crawl's (its first claims open work in the crawl's counts: see _OPENED) else 0.
 _CHECK = """
-local sent, how = string.match(ARGV[1], '^(.*)\t(%a+)$')
+local sent, how, counted = string.match(ARGV[1], '^(.*)\t(%a+)\t([01])$')
 local meta = redis.call('HMGET', KEYS[1], 'layout', 'rebuilding', 'reset')
 local layout = meta[1]
 if meta[2] then return redis.error_reply('GONE rebuilding') end
@@ -71,7 +72,26 @@ elseif layout ~= sent then
 end
 """.replace("MARKER", _MISMATCH).replace("GONE", _GONE)
 
-# KEYS: meta, plain hash. ARGV: layout, claimant, fingerprints.
+# A crawl ends when the work it opened is all closed (crawler/frontier/crawls.py). A URL is opened
+# here, as it is first claimed and before it is published, in the claim's atomic step: opened when its
+# page's outcome is counted, a link could end (and close) before it was opened, and the crawl would
+# look finished while its parent was still at work. A claim taken again by its own claimant (its
+# page redelivered) was opened by the first.
+# Claims answer 2 (claimed first now), 1 (its claimant's own, pending) or 0 (seen).
+_OPENED = (
+    """
+local opened = 0
+for _, x in ipairs(out) do
+  if x == 2 then opened = opened + 1 end
+end
+if counted == '1' and opened > 0 then redis.call('HINCRBY', KEYS[OPEN_KEY], '"""
+    + OPEN_FIELD
+    + """', opened) end
+return out
+"""
+)
+
+# KEYS: meta, plain hash, the crawl's counts. ARGV: layout, claimant, fingerprints.
 _PLAIN_CLAIM = (
     _CHECK
     + """
@@ -79,15 +99,15 @@ local out = {}
 for i = 3, #ARGV do
   local fp = ARGV[i]
   if redis.call('HSETNX', KEYS[2], fp, ARGV[2]) == 1 then
-    out[#out + 1] = 1
+    out[#out + 1] = 2
   elseif redis.call('HGET', KEYS[2], fp) == ARGV[2] then
     out[#out + 1] = 1
   else
     out[#out + 1] = 0
   end
 end
-return out
 """
+    + _OPENED.replace("OPEN_KEY", "3")
 )
 
 # Pending claims of compact and Bloom: unseen, or pending under the same claimant, is publishable.
@@ -95,7 +115,7 @@ return out
 _PENDING = """
 local function pending(fp)
   if redis.call('HSETNX', KEYS[3], fp, ARGV[2]) == 1 then
-    return 1
+    return 2
   elseif redis.call('HGET', KEYS[3], fp) == ARGV[2] then
     return 1
   end
@@ -103,22 +123,22 @@ local function pending(fp)
 end
 """
 
-# KEYS: meta, plain hash, pending, one bucket per fingerprint. ARGV: layout, claimant, then
-# (fingerprint, member) pairs.
+# KEYS: meta, plain hash, pending, the crawl's counts, one bucket per fingerprint. ARGV: layout,
+# claimant, then (fingerprint, member) pairs.
 _COMPACT_CLAIM = (
     _CHECK
     + _PENDING
     + """
 local out = {}
 for i = 1, (#ARGV - 2) / 2 do
-  if redis.call('SISMEMBER', KEYS[3 + i], ARGV[2 + 2 * i]) == 1 then
+  if redis.call('SISMEMBER', KEYS[4 + i], ARGV[2 + 2 * i]) == 1 then
     out[i] = 0
   else
     out[i] = pending(ARGV[1 + 2 * i])
   end
 end
-return out
 """
+    + _OPENED.replace("OPEN_KEY", "4")
 )
 
 # KEYS: meta, pending, one bucket per fingerprint. ARGV: (fingerprint, member) pairs. Returns the count.
@@ -150,8 +170,8 @@ local function prober(op, k)
 end
 """
 
-# KEYS: meta, plain hash, pending, one bitmap per fingerprint. ARGV: layout, claimant, k, bits per
-# bitmap, then (fingerprint, h1, h2) triples.
+# KEYS: meta, plain hash, pending, the crawl's counts, one bitmap per fingerprint. ARGV: layout,
+# claimant, k, bits per bitmap, then (fingerprint, h1, h2) triples.
 _BLOOM_CLAIM = (
     _CHECK
     + _PENDING
@@ -162,7 +182,7 @@ local probes = prober('GET', k)
 local out = {}
 for i = 1, (#ARGV - 4) / 3 do
   local at = 2 + 3 * i
-  local got = redis.call('BITFIELD_RO', KEYS[3 + i],
+  local got = redis.call('BITFIELD_RO', KEYS[4 + i],
     unpack(probes(tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]), bits)))
   local all = 1
   for _, bit in ipairs(got) do
@@ -174,7 +194,22 @@ for i = 1, (#ARGV - 4) / 3 do
     out[i] = pending(ARGV[at])
   end
 end
-return out
+"""
+    + _OPENED.replace("OPEN_KEY", "4")
+)
+
+# A claim released (its publish failed) closes what its first claim opened: it will be claimed, and
+# opened, again. KEYS: the hash of claims, the crawl's counts. ARGV: 1 if counted, fingerprints.
+_RELEASE = (
+    """
+local n = 0
+for i = 2, #ARGV, 1000 do  -- unpack() is bounded by Lua's stack
+  n = n + redis.call('HDEL', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+if ARGV[1] == '1' and n > 0 then redis.call('HINCRBY', KEYS[2], '"""
+    + OPEN_FIELD
+    + """', -n) end
+return n
 """
 )
 
@@ -208,6 +243,15 @@ end
 return redis.call('HINCRBY', KEYS[1], 'count', added)
 """
 )
+
+
+async def release_claims(
+    redis: Redis, claims: str, opened: str | None, members: Sequence[bytes | str]
+) -> None:
+    """Delete `members` from the hash of claims `claims`; with `opened` (a crawl's counts), close the
+    work their first claims opened there. Only a failed publish releases: rare, so unregistered."""
+    keys = [claims, opened or claims]
+    await redis.register_script(_RELEASE)(keys=keys, args=[0 if opened is None else 1, *members])
 
 
 def _text(value: bytes | str) -> str:
@@ -261,14 +305,26 @@ class _Layout:
         raise NotImplementedError
 
     def tag(self, how: str) -> str:
-        """The claim scripts' first argument: the layout, and how the caller knows the store."""
-        return f"{self.name}\t{how}"
+        """The claim scripts' first argument: the layout, how the caller knows the store, and
+        whether first claims open work in a crawl's counts."""
+        return f"{self.name}\t{how}\t{0 if self.names.crawl is None else 1}"
+
+    @property
+    def opened_key(self) -> str:
+        """Where first claims count as work opened: the crawl's counts (the default crawl has none:
+        a key the scripts are given but never write)."""
+        crawl = self.names.crawl
+        return self.names.seen_meta_key if crawl is None else self.names.crawl_counts_key(crawl)
+
+    async def _released(self, claims: str, fingerprints: Sequence[bytes]) -> None:
+        opened = None if self.names.crawl is None else self.opened_key
+        await release_claims(self.redis, claims, opened, fingerprints)
 
     async def confirm(self, fingerprints: Sequence[bytes]) -> int | None:
         raise NotImplementedError
 
     async def release(self, fingerprints: Sequence[bytes]) -> None:
-        await self.redis.hdel(self.names.seen_pending_key, *fingerprints)
+        await self._released(self.names.seen_pending_key, fingerprints)
 
     async def count(self) -> int:
         return int(await self.redis.hget(self.names.seen_meta_key, "count") or 0)
@@ -282,7 +338,7 @@ class _Plain(_Layout):
         self._claim = redis.register_script(_PLAIN_CLAIM)
 
     async def claim(self, fingerprints: Sequence[bytes], claimant: bytes, how: str) -> list[Any]:
-        keys = [self.names.seen_meta_key, self.names.seen_key]
+        keys = [self.names.seen_meta_key, self.names.seen_key, self.opened_key]
         result: list[Any] = await self._claim(keys=keys, args=[self.tag(how), claimant, *fingerprints])
         return result
 
@@ -291,7 +347,7 @@ class _Plain(_Layout):
         return None
 
     async def release(self, fingerprints: Sequence[bytes]) -> None:
-        await self.redis.hdel(self.names.seen_key, *fingerprints)
+        await self._released(self.names.seen_key, fingerprints)
 
     async def count(self) -> int:
         return int(await self.redis.hlen(self.names.seen_key))
@@ -314,7 +370,8 @@ class _Spread(_Layout):
 
     async def claim(self, fingerprints: Sequence[bytes], claimant: bytes, how: str) -> list[Any]:
         spread, args = self._split(fingerprints)
-        keys = [self.names.seen_meta_key, self.names.seen_key, self.names.seen_pending_key, *spread]
+        keys = [self.names.seen_meta_key, self.names.seen_key, self.names.seen_pending_key, self.opened_key]
+        keys += spread
         result: list[Any] = await self._claim(keys=keys, args=[self.tag(how), claimant, *self._shape, *args])
         return result
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from crawler.names import Names
+from crawler.names import OPEN_FIELD, Names
 from crawler.quality.coverage import is_quality
 from crawler.sink.crawls import CrawlRecord, CrawlStore
 from crawler.sink.crawls import CrawlState as StoredState
@@ -36,9 +36,9 @@ SERIES_STEPS = ((0, 10), (1200, 60), (10800, 600), (86400, 3600))
 
 # Kinds that end a URL queued (TERMINAL) or a sitemap task; what `pending` and the end of a crawl read.
 TERMINAL = ("ok", "failed", "dead", "skipped")
-OPENED = ("routed", "sitemaps_queued")
+# Work is opened as it is first claimed (crawler/dedup/store.py, crawler/frontier/sitemaps.py), before
+# it is published; it is closed here, with its outcome.
 CLOSED = (*TERMINAL, "sitemaps_done")
-OPEN_FIELD = "open"  # the counts hash's one field without a domain: work opened less work closed
 
 # Counts stop the moment a crawl is cancelled: the check and the increments are one atomic step.
 # So is the look for its end: once the work it opened is all closed (OPEN_FIELD down to 0), every
@@ -218,8 +218,14 @@ class CrawlState:
         """Cancel `crawl` fleet-wide: from now on its messages are acked unfetched, its counts frozen."""
         await self._redis.sadd(self._names.cancelled_key, crawl)
 
-    async def count(self, crawl: str, changes: Mapping[tuple[str, str], int]) -> None:
-        """Add to a crawl's counts, keyed (domain, kind); nothing once it is cancelled."""
+    async def open(self, crawl: str, n: int) -> None:
+        """Open `n` pieces of work (less, if negative: never published) in `crawl`, before publishing
+        them; what dedup claims do for URLs (crawler/dedup/store.py), for work no claim opens."""
+        await self._redis.hincrby(self._names.crawl_counts_key(crawl), OPEN_FIELD, n)
+
+    async def count(self, crawl: str, changes: Mapping[tuple[str, str], int]) -> bool:
+        """Add to a crawl's counts, keyed (domain, kind); nothing once it is cancelled. True if they
+        closed the last of its open work: the crawl ended (its record marked finished, if kept)."""
         done: dict[str, int] = {}
         counted: list[str | int] = []
         for (domain, kind), n in changes.items():
@@ -231,12 +237,13 @@ class CrawlState:
             series = [x for domain, n in done.items() for x in (domain, n)]
             names = self._names
             keys = [names.cancelled_key, names.crawl_counts_key(crawl), names.crawl_series_key(crawl)]
-            closing = sum(n for (_, kind), n in changes.items() if kind in OPENED) - sum(
-                n for (_, kind), n in changes.items() if kind in CLOSED
-            )
+            closing = -sum(n for (_, kind), n in changes.items() if kind in CLOSED)
             ended = await self._count(keys=keys, args=[crawl, closing, len(done), *series, *counted])
-            if ended == 2 and self._records is not None:
-                await self.end(crawl, "finished")
+            if ended == 2:
+                if self._records is not None:
+                    await self.end(crawl, "finished")
+                return True
+        return False
 
     async def end(self, crawl: str, state: StoredState) -> bool:
         """Mark a crawl's record ended now with its counts now; False if it had ended already."""

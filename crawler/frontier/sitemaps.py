@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from aio_pika.abc import AbstractExchange
 from redis.asyncio import Redis
 
+from crawler.dedup.store import release_claims
 from crawler.errors import BadURL
 from crawler.frontier.exchanges import routing_key
 from crawler.frontier.message import CrawlMessage, SitemapTask
@@ -22,7 +23,7 @@ from crawler.frontier.publisher import Outgoing, Publisher
 from crawler.frontier.router import PublishFailed
 from crawler.frontier.scope import Scope
 from crawler.frontier.urls import host_of
-from crawler.names import MAX_PRIORITY, SITEMAP_ROUND_TTL, Names
+from crawler.names import MAX_PRIORITY, OPEN_FIELD, SITEMAP_ROUND_TTL, Names
 
 
 def new_round() -> str:
@@ -60,6 +61,33 @@ class Tasked:
     dropped: Counter[str] = field(default_factory=Counter)
 
 
+# A sitemap file's task, once per round: claimed for its claimant (the task listing it), or its own
+# again (that task redelivered); claimed first now, it opens work in the crawl's counts in the same
+# step (see crawler/dedup/store.py: opened after publishing, it could close before it opened).
+# KEYS: the round's hash of claims, the crawl's counts. ARGV: claimant, the round's TTL (s), 1 if
+# counted, URLs. Returns 1 (publish it) or 0 per URL.
+_CLAIM = (
+    """
+local out, opened = {}, 0
+for i = 4, #ARGV do
+  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[1]) == 1 then
+    out[#out + 1] = 1
+    opened = opened + 1
+  elseif redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[1] then
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+if ARGV[3] == '1' and opened > 0 then redis.call('HINCRBY', KEYS[2], '"""
+    + OPEN_FIELD
+    + """', opened) end
+return out
+"""
+)
+
+
 class SitemapTasks:
     """Publishes the tasks of sitemap files, each once per round, with confirms."""
 
@@ -68,6 +96,7 @@ class SitemapTasks:
         self._publisher = Publisher(exchange)
         self._redis = redis
         self._names = names
+        self._claim_script = redis.register_script(_CLAIM)
 
     async def files(
         self,
@@ -102,7 +131,8 @@ class SitemapTasks:
             chosen.setdefault(url, domain)
         if not chosen:
             return tasked
-        todo = await self._claim(task.round, list(chosen), claimant)
+        opened = self._names.crawl_counts_key(crawl) if crawl is not None and task.counted else None
+        todo = await self._claim(task.round, list(chosen), claimant, opened)
         tasked.dropped["seen"] += len(chosen) - len(todo)
         outgoing = [
             Outgoing(
@@ -119,21 +149,18 @@ class SitemapTasks:
         failed = [url for url, o in zip(todo, outcomes, strict=True) if o is not None]
         if failed:
             # Unclaimed, so the listing task, tried again, queues them then.
-            await self._redis.hdel(self._names.sitemap_round_key(task.round), *failed)
+            await release_claims(self._redis, self._names.sitemap_round_key(task.round), opened, failed)
             first = next(o for o in outcomes if o is not None)
             raise PublishFailed(f"{len(failed)} of {len(todo)} sitemap tasks were not confirmed ({first!r})")
         tasked.published.update(chosen[url] for url in todo)
         return tasked
 
-    async def _claim(self, round_: str, urls: list[str], claimant: str) -> list[str]:
+    async def _claim(self, round_: str, urls: list[str], claimant: str, opened: str | None) -> list[str]:
         """Those of `urls` this round has not queued yet, or queued for `claimant` (delivered again:
-        its publishes may not have been confirmed), now claimed for it."""
+        its publishes may not have been confirmed), now claimed for it; those claimed first now open
+        work in `opened` (a crawl's counts), in the same step."""
         key = self._names.sitemap_round_key(round_)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for url in urls:
-                pipe.hsetnx(key, url, claimant)
-            pipe.expire(key, SITEMAP_ROUND_TTL)
-            pipe.hmget(key, urls)
-            *added, _, owners = await pipe.execute()
-        mine = (claimant, claimant.encode())  # as the client answers: text or bytes
-        return [u for u, new, owner in zip(urls, added, owners, strict=True) if new or owner in mine]
+        counts = opened or key
+        args = [claimant, SITEMAP_ROUND_TTL, 0 if opened is None else 1, *urls]
+        claimed = await self._claim_script(keys=[key, counts], args=args)
+        return [u for u, mine in zip(urls, claimed, strict=True) if mine]

@@ -280,7 +280,8 @@ async def seed_into(
             domains=options.domains,
             max_depth=options.max_depth,
         )
-        tasks = await _find_sitemaps(exchange, config, seeds, crawl, options)
+        state = CrawlState(f.redis, settings.names) if crawl is not None else None
+        tasks = await _find_sitemaps(exchange, config, seeds, crawl, options, state)
     finally:
         await channel.close()
     if crawl is not None and (routed.by_domain or tasks):
@@ -296,9 +297,10 @@ async def _find_sitemaps(
     seeds: Sequence[str],
     crawl: str | None,
     options: CrawlOptions,
+    state: CrawlState | None,
 ) -> Counter[str]:
     """Begin a round of reading the sitemaps of the seeds' origins, in the domains that read them;
-    the find tasks published, per domain."""
+    the find tasks published, per domain (opened first in the crawl's counts, with `state`)."""
     origins: dict[str, str] = {}
     for seed in seeds:
         domain = config.domain_of(host_of(seed))
@@ -309,8 +311,12 @@ async def _find_sitemaps(
     if not origins:
         return Counter()
     round_ = new_round()
+    if state is not None and crawl is not None:
+        await state.open(crawl, len(origins))
     outcomes = await Publisher(exchange).publish([find_task(o, round_, crawl) for o in origins])
     failed = [o for o, outcome in zip(origins, outcomes, strict=True) if outcome is not None]
+    if failed and state is not None and crawl is not None:
+        await state.open(crawl, -len(failed))
     if failed:
         raise PublishFailed(f"{len(failed)} of {len(origins)} sitemap tasks were not confirmed")
     return Counter(origins.values())

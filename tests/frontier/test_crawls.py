@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from redis.asyncio import Redis
 
+from crawler.config import DedupConfig
+from crawler.dedup.store import SeenStore
 from crawler.frontier.crawls import SERIES_STEPS, CrawlState
+from crawler.frontier.urls import fingerprint
 from crawler.names import Names
 
 
@@ -38,3 +42,33 @@ async def test_an_older_crawl_keeps_its_series_in_longer_steps(redis: Redis, pre
         await state.count("c2", {("a.test", "ok"): 1})
         assert any(s.seconds == step for s in await state.series("c2")), (age, step)
     assert sum(s.pages for s in await state.series("c2")) == len(SERIES_STEPS)
+
+
+@pytest.mark.parametrize("mode", ["plain", "compact", "bloom"])
+async def test_a_link_that_ends_before_its_page_is_counted_does_not_end_the_crawl(
+    redis: Redis, prefix: str, mode: str
+) -> None:
+    names = Names(prefix)
+    state = CrawlState(redis, names)
+    seen = SeenStore(redis, names, DedupConfig(mode=mode, capacity=1000)).for_crawl("c1")
+    home, link = fingerprint("http://a.test/"), fingerprint("http://a.test/p")
+    assert await seen.claim([home], b"seed") == [True]  # the seed, opened as it is claimed
+    assert not await state.count("c1", {("a.test", "routed"): 1})
+    assert await seen.claim([link], home) == [True]  # the home page's link, published
+    # Under load the link's page can end before the home page's outcome (and its links) is counted.
+    assert not await state.count("c1", {("a.test", "ok"): 1}), "ended with the home page at work"
+    assert await seen.claim([link], home) == [True]  # redelivered, the home page routes it again
+    assert await state.count("c1", {("a.test", "ok"): 1, ("a.test", "routed"): 1})
+
+
+@pytest.mark.parametrize("mode", ["plain", "compact"])
+async def test_a_claim_released_after_a_failed_publish_closes_what_it_opened(
+    redis: Redis, prefix: str, mode: str
+) -> None:
+    names = Names(prefix)
+    state = CrawlState(redis, names)
+    seen = SeenStore(redis, names, DedupConfig(mode=mode, capacity=1000)).for_crawl("c1")
+    home, link = fingerprint("http://a.test/"), fingerprint("http://a.test/p")
+    await seen.claim([home, link], b"seed")
+    await seen.release([link])  # its publish failed: it was never queued
+    assert await state.count("c1", {("a.test", "routed"): 1, ("a.test", "ok"): 1})
