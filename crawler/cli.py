@@ -227,7 +227,7 @@ def _ack_delays(metrics: Metrics) -> str:
 async def _dead(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
     async with Control.open(settings, config, "crawler dead", "none") as control:
         if args.action == "list":
-            letters = await control.dead_letters(args.domain, args.reason, args.limit)
+            letters = await control.dead.letters(args.domain, args.reason, args.limit)
             for letter in letters:
                 if args.json:
                     print(json.dumps(asdict(letter)))
@@ -236,9 +236,9 @@ async def _dead(settings: Settings, config: CrawlConfig, args: argparse.Namespac
             if not args.json:
                 print(f"{len(letters)} dead letters", file=sys.stderr)
         elif args.action == "replay":
-            print(f"{await control.replay_dead(args.domain, args.reason)} dead letters replayed")
+            print(f"{await control.dead.replay(args.domain, args.reason)} dead letters replayed")
         else:
-            print(f"{await control.purge_dead(args.domain, args.reason)} dead letters purged")
+            print(f"{await control.dead.purge(args.domain, args.reason)} dead letters purged")
 
 
 _CRAWL_KINDS = ("ok", "failed", "retrying", "dead", "skipped", "pending")
@@ -269,18 +269,18 @@ def _json(value: Any, indent: int | None = None) -> str:
 async def _crawls(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
     async with Control.open(settings, config, "crawler crawls", "check") as control:
         if args.action == "list":
-            views = await control.list_crawls(args.state)
+            views = await control.crawls.listed(args.state)
             if not args.json:
                 print(_crawl_header())
             for view in views:
                 print(_json(asdict(view)) if args.json else _crawl_line(view))
             return
         if args.action == "show":
-            print(_json(asdict(await control.get_crawl(args.id)), indent=2))
+            print(_json(asdict(await control.crawls.get(args.id)), indent=2))
         elif args.action == "cancel":
-            print(_crawl_line(await control.cancel_crawl(args.id)))
+            print(_crawl_line(await control.crawls.cancel(args.id)))
         else:
-            await control.delete_crawl(args.id, purge=args.purge)
+            await control.crawls.delete(args.id, purge=args.purge)
             print(f"crawl {args.id} deleted{' with its pages' if args.purge else ''}")
 
 
@@ -289,26 +289,27 @@ async def _domains_verb(settings: Settings, config: CrawlConfig, args: argparse.
     schema: Schema = "check" if args.action == "list" else "upgrade"
     async with Control.open(settings, config, "crawler domains", schema) as control:
         if args.action == "list":
-            for d in await control.domains():
+            for d in await control.domains.listed():
                 paused = "paused" if d.paused else "active"
                 print(f"{d.domain:<24} {paused:<7} depth={d.depth} rate={d.rate:g}/s workers={d.workers}")
             return
-        done = await (control.pause(args.domain) if args.action == "pause" else control.resume(args.domain))
+        domains = control.domains
+        done = await (domains.pause(args.domain) if args.action == "pause" else domains.resume(args.domain))
         print(f"{done} {args.action}d")
 
 
 async def _new_crawl(settings: Settings, config: CrawlConfig, new: NewCrawl) -> CrawlView:
     check_crawl(config, new)  # a bad seed is said before a service is needed
     async with Control.open(settings, config, "crawler seed") as control:
-        return await control.create_crawl(new)
+        return await control.crawls.create(new)
 
 
 async def _crawl_begun(settings: Settings, config: CrawlConfig, new: NewCrawl) -> tuple[CrawlView, int]:
     """A new crawl for `crawler crawl`, and how many messages were queued before it (left by others)."""
     check_crawl(config, new)
     async with Control.open(settings, config, "crawler crawl") as control:
-        left = sum(d.depth for d in await control.domains())
-        return await control.create_crawl(new), left
+        left = sum(d.depth for d in await control.domains.listed())
+        return await control.crawls.create(new), left
 
 
 def _crawl_options(parser: argparse.ArgumentParser) -> None:
@@ -619,7 +620,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _crawl_ended(consumed.ending, crawl)
         elif args.command == "recrawl":
             async with Control.open(settings, config, "crawler recrawl", "check") as control:
-                recrawled = await control.recrawl(args.recrawl_domains, args.all)
+                recrawled = await control.recrawls.recrawl(args.recrawl_domains, args.all)
             for domain in sorted(recrawled.published):
                 published, due = recrawled.published[domain], recrawled.due[domain]
                 print(f"{domain:<24} {published:>8} published {due:>8} still due")
@@ -639,11 +640,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             await _domains_verb(settings, config, args)
         elif args.command == "quality":
             async with Control.open(settings, config, "crawler quality", "check") as control:
-                report = await control.quality(args.crawl, args.domain)
+                report = await control.crawls.quality(args.crawl, args.domain)
             print(_json(report.to_json(), indent=2) if args.json else render_quality(report))
         elif args.command == "sitemaps":
             async with Control.open(settings, config, "crawler sitemaps", "check") as control:
-                began = await control.read_sitemaps(args.domain)
+                began = await control.recrawls.read_sitemaps(args.domain)
             print(
                 f"{args.domain}: a round of reading its sitemaps began at {began} origin(s)", file=sys.stderr
             )

@@ -136,9 +136,13 @@ async def gateway_routes() -> AsyncIterator[set[str]]:
         await redis.aclose()
 
 
-class _Ready:
+class _ReadyFleet:
     async def readiness(self) -> dict[str, str]:
         return {"rabbitmq": "ok", "redis": "ok", "database": "ok"}
+
+
+class _Ready:
+    fleet = _ReadyFleet()
 
 
 def api_app() -> Any:

@@ -73,7 +73,7 @@ async def crawl(settings: Settings, path: Path, site: Site) -> str:
     """One crawl of the shop, to its end; its id."""
     config = load_config(path)
     async with Control.open(settings, config, "test") as control:
-        crawl_id = (await control.create_crawl(NewCrawl([site.url()]))).id
+        crawl_id = (await control.crawls.create(NewCrawl([site.url()]))).id
     await wiring.consume(settings, config, burst=True, crawl=crawl_id)
     return crawl_id
 
@@ -133,7 +133,7 @@ async def test_a_template_change_mid_crawl_shows_alerts_and_a_fixed_rule_reparse
         state = CrawlState(redis, settings.names)
         config = load_config(path)
         async with Control.open(settings, config, "test") as control:
-            second = (await control.create_crawl(NewCrawl([site.url()]))).id
+            second = (await control.crawls.create(NewCrawl([site.url()]))).id
             exporter = asyncio.create_task(
                 export_coverage(metrics.coverage, state, store, lambda: config, lambda: [host], 0.05)
             )

@@ -330,8 +330,8 @@ async def test_links_go_to_their_pages_crawl_within_its_limits_and_none_for_a_ca
         # Each crawl's seed is its first page, queued (never fetched here): one message per crawl.
         for name, max_depth in (("open", None), ("shallow", 1), ("gone", None)):
             new = NewCrawl([f"http://{host}/{name}/0"], max_depth=max_depth)
-            crawls[name] = (await control.create_crawl(new)).id
-        await control.cancel_crawl(crawls["gone"])
+            crawls[name] = (await control.crawls.create(new)).id
+        await control.crawls.cancel(crawls["gone"])
     queue = settings.names.domain_queue(host)
     assert await queue_depth(amqp_url, queue) == 3
     # Their pages stored at depth 1, each linking to a page never seen: depth 2, past shallow's limit.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from crawler.frontier.crawls import Span
-from crawler.service.control import spread
+from crawler.service.crawls import spread
 
 
 def test_a_span_is_cut_to_the_crawls_life_and_shared_among_the_steps_it_overlaps() -> None:

@@ -1,0 +1,39 @@
+"""/v1/crawls/{crawl}/quality: a crawl's coverage table and failed expectations (docs/quality.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Query, Request
+from pydantic import BaseModel
+
+from crawler.api.access import READ, control
+from crawler.api.problems import problem_responses
+from crawler.api.routes.crawls import CrawlId
+from crawler.api.routes.v1 import resource
+
+router = resource()
+
+
+class QualityOut(BaseModel):
+    """A crawl's coverage table (docs/quality.md): per domain, items, each field's fill rate and each
+    expectation's failures as {n, of, rate}, beside `before` (the last finished crawl's), and alerts."""
+
+    crawl: str | None
+    finished: bool
+    labels: dict[str, str]
+    alerts: int
+    domains: list[dict[str, Any]]
+
+
+@router.get(
+    "/crawls/{crawl}/quality", dependencies=READ, response_model=QualityOut, responses=problem_responses(404)
+)
+async def crawl_quality(
+    crawl: CrawlId,
+    request: Request,
+    domain: Annotated[str | None, Query(max_length=253, description="only this domain")] = None,
+) -> QualityOut:
+    """The crawl's field coverage and failed expectations per domain, beside the last finished crawl."""
+    report = await control(request).crawls.quality(crawl, domain)
+    return QualityOut.model_validate(report.to_json())
