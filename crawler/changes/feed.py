@@ -93,14 +93,23 @@ class ChangeFeed:
 
 
 @asynccontextmanager
-async def feed_on(
+async def changes_exchange(
     connection: AbstractConnection, config: CrawlConfig, names: Names
-) -> AsyncIterator[ChangeFeed]:
-    """The change feed on a channel of its own with confirms, the topology declared first (a broker
-    that never saw a crawl has no exchange yet): for a program that makes versions outside a worker."""
+) -> AsyncIterator[AbstractExchange]:
+    """The changes exchange on a channel of its own with confirms, the topology declared first (a
+    broker that never saw a crawl has no exchange yet)."""
     channel = await publishing_channel(connection)
     try:
         await declare(channel, topology(config, names))
-        yield ChangeFeed(await channel.get_exchange(names.changes, ensure=False))
+        yield await channel.get_exchange(names.changes, ensure=False)
     finally:
         await channel.close()
+
+
+@asynccontextmanager
+async def feed_on(
+    connection: AbstractConnection, config: CrawlConfig, names: Names
+) -> AsyncIterator[ChangeFeed]:
+    """The change feed on a channel of its own: for a program that makes versions outside a worker."""
+    async with changes_exchange(connection, config, names) as exchange:
+        yield ChangeFeed(exchange)
