@@ -33,6 +33,7 @@ from crawler.errors import (
     SinkError,
 )
 from crawler.frontier.message import CRAWL_ID
+from crawler.quality.report import alerts_json
 from crawler.service import (
     Control,
     CrawlView,
@@ -150,6 +151,24 @@ class QualityOut(BaseModel):
     labels: dict[str, str]
     alerts: int
     domains: list[dict[str, Any]]
+
+
+class CoverageAlertOut(BaseModel):
+    """A coverage alert (docs/quality.md): its crawl, domain, kind, pages (`all` or a page rule) and
+    subject (a field, an expectation, or `items`), and what it says."""
+
+    crawl: str
+    domain: str
+    kind: str
+    pages: str
+    subject: str
+    message: str
+
+
+class CoverageAlerts(BaseModel):
+    """The coverage alerts of the running crawls, and of the newest crawl if it has ended."""
+
+    alerts: list[CoverageAlertOut]
 
 
 class RobotsOut(BaseModel):
@@ -536,6 +555,12 @@ async def crawl_quality(
     """The crawl's field coverage and failed expectations per domain, beside the last finished crawl."""
     report = await _control(request).quality(crawl, domain)
     return QualityOut.model_validate(report.to_json())
+
+
+@v1.get("/quality/alerts", dependencies=READ, response_model=CoverageAlerts)
+async def quality_alerts(request: Request) -> CoverageAlerts:
+    """The current coverage alerts: the console's red markers, and `crawler status`'s lines."""
+    return CoverageAlerts.model_validate({"alerts": alerts_json(await _control(request).current_quality())})
 
 
 @v1.post(

@@ -28,7 +28,7 @@ from crawler.frontier.crawls import (
 from crawler.frontier.urls import canonicalise
 from crawler.gateway.report import GatewayStatus, gateways
 from crawler.monitor.heartbeat import WorkerStatus, workers
-from crawler.monitor.quality import quality
+from crawler.monitor.quality import current_quality, quality
 from crawler.monitor.status import status
 from crawler.quality.report import QualityReport
 from crawler.scheduler.running import scheduling
@@ -268,6 +268,11 @@ class Control:
         else:
             record = await self._record(crawl)
         return await quality(self._state, self._store, self.config, record, domain)
+
+    async def current_quality(self) -> list[QualityReport]:
+        """The coverage tables whose alerts are current: the running crawls', and the newest crawl's
+        if it has ended."""
+        return await current_quality(self._state, self._store, self.config)
 
     async def crawl_series(self, crawl: str) -> SeriesView:
         """The pages a crawl stored per domain over its life so far, in at most SERIES_POINTS steps
