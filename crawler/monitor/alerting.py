@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 
-from aio_pika.abc import AbstractConnection
+from aio_pika.abc import AbstractConnection, AbstractExchange
 from redis.asyncio import Redis
 
 from crawler.changes.alerts import AlertFeed, alert_id
@@ -83,7 +84,7 @@ class Alerting:
         """Read every `every` seconds until cancelled; a reading or a channel lost is tried again."""
         while True:
             try:
-                async with changes_exchange(self._connection, self._config(), self._names) as exchange:
+                async with self._channel() as exchange:
                     raiser = AlertRaiser(self._redis, self._names, AlertFeed(exchange))
                     while True:
                         await self._read(raiser)
@@ -99,11 +100,15 @@ class Alerting:
         try:
             async with (
                 asyncio.timeout(within),
-                changes_exchange(self._connection, self._config(), self._names) as exchange,
+                self._channel() as exchange,
             ):
                 await self._read(AlertRaiser(self._redis, self._names, AlertFeed(exchange)))
         except Exception as exc:
             log.warning("coverage alerts not raised as the worker stopped: %r", exc)
+
+    def _channel(self) -> AbstractAsyncContextManager[AbstractExchange]:
+        # The exchange alone: the worker's consumer declared the rest.
+        return changes_exchange(self._connection, self._config(), self._names, alone=True)
 
     async def _read(self, raiser: AlertRaiser) -> None:
         for report in await current_quality(self._state, self._store, self._config()):
