@@ -20,6 +20,9 @@ HEADER_WEBHOOK = "crawler-webhook"  # the one receiver (its key) a webhook deliv
 # The frontier routing key of webhook deliveries coming back from a retry tier or a replay: the
 # frontier binds it to the webhooks queue. No host is in upper case, nor has a `^`.
 WEBHOOK_KEY = "^WEBHOOKS"
+# The change feed's routing key of coverage alerts (docs/quality.md): unlike any domain, so a queue
+# bound to a domain's versions is never sent them.
+COVERAGE_ALERT_KEY = "^COVERAGE"
 
 # Redis TTLs, in seconds.
 ROBOTS_TTL = 3600  # a robots.txt fetched (or answered 4xx) is trusted this long
@@ -356,6 +359,10 @@ class Names:
         """Redis hash of one crawl's pages over time, field `domain step index` -> pages stored in
         [index * step, (index + 1) * step) seconds of Unix time; `start` is when its first was."""
         return f"{self.prefix}:c:{crawl}:series"
+
+    def crawl_alerted_key(self, crawl: str) -> str:
+        """Redis set of one crawl's coverage alerts already on the change feed: each is published once."""
+        return f"{self.prefix}:c:{crawl}:alerted"
 
     @property
     def cancelled_key(self) -> str:

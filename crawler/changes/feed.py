@@ -21,7 +21,7 @@ from aiormq.exceptions import AMQPError, ChannelInvalidStateError
 from crawler.config import CrawlConfig
 from crawler.connections import publishing_channel
 from crawler.errors import FeedError
-from crawler.frontier.exchanges import declare, topology
+from crawler.frontier.exchanges import Topology, declare, topology
 from crawler.frontier.publisher import Outgoing, Publisher
 from crawler.names import Names
 from crawler.sink.versions import Version
@@ -93,14 +93,27 @@ class ChangeFeed:
 
 
 @asynccontextmanager
+async def changes_exchange(
+    connection: AbstractConnection, config: CrawlConfig, names: Names, *, alone: bool = False
+) -> AsyncIterator[AbstractExchange]:
+    """The changes exchange on a channel of its own with confirms, the topology declared first (a
+    broker that never saw a crawl has no exchange yet), or the exchange `alone` (a worker's consumer
+    declares the rest: its every domain queue once is enough)."""
+    channel = await publishing_channel(connection)
+    try:
+        topo = topology(config, names)
+        if alone:
+            topo = Topology(tuple(e for e in topo.exchanges if e.name == names.changes), ())
+        await declare(channel, topo)
+        yield await channel.get_exchange(names.changes, ensure=False)
+    finally:
+        await channel.close()
+
+
+@asynccontextmanager
 async def feed_on(
     connection: AbstractConnection, config: CrawlConfig, names: Names
 ) -> AsyncIterator[ChangeFeed]:
-    """The change feed on a channel of its own with confirms, the topology declared first (a broker
-    that never saw a crawl has no exchange yet): for a program that makes versions outside a worker."""
-    channel = await publishing_channel(connection)
-    try:
-        await declare(channel, topology(config, names))
-        yield ChangeFeed(await channel.get_exchange(names.changes, ensure=False))
-    finally:
-        await channel.close()
+    """The change feed on a channel of its own: for a program that makes versions outside a worker."""
+    async with changes_exchange(connection, config, names) as exchange:
+        yield ChangeFeed(exchange)

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 BASELINES = 200  # finished crawls looked through for each domain's last one
 COVERAGE_EVERY = 15.0  # seconds between readings of the running crawls' coverage for the gauges
+CURRENT = 20  # running crawls whose alerts are shown and raised
 
 
 def thresholds(config: CrawlConfig, domain: str) -> Thresholds:
@@ -63,6 +64,16 @@ async def running_quality(state: CrawlState, store: CrawlStore, config: CrawlCon
     """The coverage tables of the crawls running now, newest first."""
     crawls = await asyncio.to_thread(store.list, "running", BASELINES)
     return [await quality(state, store, config, c) for c in crawls]
+
+
+async def current_quality(state: CrawlState, store: CrawlStore, config: CrawlConfig) -> list[QualityReport]:
+    """The coverage tables whose alerts are current: the running crawls', newest first, and the newest
+    crawl's if it has ended (`crawler status`, the console and the change feed show their alerts)."""
+    crawls = await asyncio.to_thread(store.list, "running", CURRENT)
+    newest = await asyncio.to_thread(store.list, None, 1)
+    if newest and newest[0].state != "running":
+        crawls.append(newest[0])
+    return [await quality(state, store, config, crawl) for crawl in crawls]
 
 
 async def export_coverage(

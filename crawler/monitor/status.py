@@ -21,7 +21,8 @@ from crawler.failover import first_node
 from crawler.frontier.crawls import CrawlState
 from crawler.frontier.exchanges import domain_queues
 from crawler.monitor.heartbeat import workers
-from crawler.monitor.quality import quality
+from crawler.monitor.quality import current_quality
+from crawler.quality.report import alerts_json
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlRecord, CrawlStore
 from crawler.sink.schedule import Backlog, Schedule
@@ -215,21 +216,11 @@ async def _quality_alerts(settings: Settings, config: CrawlConfig) -> list[dict[
     """The coverage alerts (docs/quality.md) of the running crawls, and of the newest crawl if it ended."""
     store = CrawlStore(settings.database_url)
     try:
-        crawls = await asyncio.to_thread(store.list, "running", 20)
-        newest = await asyncio.to_thread(store.list, None, 1)
-        if newest and newest[0].state != "running":
-            crawls.append(newest[0])
         async with connections.redis(settings.redis_url) as redis:
-            state = CrawlState(redis, settings.names)
-            reports = [await quality(state, store, config, crawl) for crawl in crawls]
+            reports = await current_quality(CrawlState(redis, settings.names), store, config)
     finally:
         store.close()
-    return [
-        {"crawl": r.crawl or "", "domain": d.domain, "kind": a.kind, "message": a.message}
-        for r in reports
-        for d in r.domains
-        for a in d.alerts
-    ]
+    return alerts_json(reports)
 
 
 async def _workers(settings: Settings) -> list[dict[str, Any]]:

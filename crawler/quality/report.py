@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from crawler.quality.compare import DomainQuality, Thresholds, compare
+from crawler.quality.compare import Alert, DomainQuality, Thresholds, compare
 from crawler.quality.coverage import Coverage, Share, percent
 
 ALL_PAGES = "all"  # how the table names every page of a domain, beside its page rules
@@ -37,6 +37,20 @@ class QualityReport:
             "alerts": self.alerts,
             "domains": [_domain_json(d) for d in self.domains],
         }
+
+
+def alerts_json(reports: Sequence[QualityReport]) -> list[dict[str, str]]:
+    """Every alert of `reports` with its crawl and domain, as `crawler status` and the console show them."""
+    return [
+        {"crawl": r.crawl or "", "domain": d.domain, **_alert_json(a)}
+        for r in reports
+        for d in r.domains
+        for a in d.alerts
+    ]
+
+
+def _alert_json(a: Alert) -> dict[str, str]:
+    return {"kind": a.kind, "pages": _page_rule(a.page_rule), "subject": a.subject, "message": a.message}
 
 
 def reparse_report(
@@ -103,10 +117,7 @@ def _domain_json(d: DomainQuality) -> dict[str, Any]:
             }
             for r in d.expectations
         ],
-        "alerts": [
-            {"kind": a.kind, "pages": _page_rule(a.page_rule), "subject": a.subject, "message": a.message}
-            for a in d.alerts
-        ],
+        "alerts": [_alert_json(a) for a in d.alerts],
     }
 
 

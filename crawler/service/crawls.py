@@ -13,7 +13,7 @@ from typing import Any
 from crawler.config import CrawlConfig
 from crawler.errors import BadURL, NotFound
 from crawler.frontier.crawls import SERIES_STEPS, CrawlOptions, CrawlState, Span, kept
-from crawler.monitor.quality import quality
+from crawler.monitor.quality import current_quality, quality
 from crawler.quality.report import QualityReport
 from crawler.settings import Settings
 from crawler.sink.crawls import OPEN, CrawlRecord, CrawlStore
@@ -144,6 +144,11 @@ class Crawls:
         else:
             record = await self._record(crawl)
         return await quality(self.state, self.store, self.config, record, domain)
+
+    async def current_quality(self) -> list[QualityReport]:
+        """The coverage tables whose alerts are current: the running crawls', and the newest crawl's
+        if it has ended."""
+        return await current_quality(self.state, self.store, self.config)
 
     async def series(self, crawl: str) -> SeriesView:
         """The pages a crawl stored per domain over its life so far, in at most SERIES_POINTS steps

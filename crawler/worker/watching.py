@@ -1,4 +1,5 @@
-"""What watches a consumer while it runs: its /metrics endpoint, its heartbeat, its queue sampler."""
+"""What watches a consumer while it runs: its /metrics endpoint, its heartbeat, its queue sampler, and
+its crawls' coverage, whose alerts go to the change feed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from redis.asyncio import Redis
 
 from crawler.monitor import endpoint, readings
+from crawler.monitor.alerting import ALERT_EVERY, Alerting
 from crawler.monitor.endpoint import METRICS_ADDR
 from crawler.monitor.heartbeat import Heartbeat
 from crawler.monitor.metrics import Metrics
@@ -33,6 +35,7 @@ class Monitoring:
     heartbeat_ttl: float = HEARTBEAT_TTL
     sample_every: float = SAMPLE_EVERY
     coverage_every: float = COVERAGE_EVERY
+    alert_every: float = ALERT_EVERY
 
 
 @asynccontextmanager
@@ -66,6 +69,19 @@ async def monitored(
         )
         watchers = [heartbeat.run(), sampler.run()]
         parts = consumer.parts
+        if parts.crawls is not None and parts.crawl_records is not None:
+            alerting = Alerting(
+                consumer.publishing,
+                redis,
+                consumer.names,
+                parts.crawls,
+                parts.crawl_records,
+                lambda: consumer.config,
+            )
+            # Entered before the watchers: read once more after they stop (a burst worker's crawl ends
+            # with its last pages, between two readings).
+            stack.push_async_callback(alerting.last_reading)
+            watchers.append(alerting.run(monitoring.alert_every))
         if monitoring.port is not None and parts.crawls is not None and parts.crawl_records is not None:
             # Served only: the gauges are for Prometheus, which alerts on them (CrawlerFieldCoverageLow).
             watchers.append(

@@ -1,8 +1,9 @@
 """Data quality in a real crawl (RabbitMQ, Redis, the database): a shop whose product template loses
 its price mid-crawl. Its pages are stored all the same, the failing ones with their failures; the
 crawl's coverage table shows the drop against the last finished crawl, the coverage gauge falls under
-its floor while the crawl runs (what CrawlerFieldCoverageLow alerts on), `crawler status` says so,
-`crawler export --invalid` lists the pages, and a fixed rule re-parsed restores it, fetching nothing."""
+its floor while the crawl runs (what CrawlerFieldCoverageLow alerts on), the workers put each alert on
+the change feed once, `crawler status` says so, `crawler export --invalid` lists the pages, and a
+fixed rule re-parsed restores it, fetching nothing."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import pytest
 import yaml
 from prometheus_client import generate_latest
@@ -23,6 +25,7 @@ from crawler.config import load_config
 from crawler.frontier.crawls import CrawlState
 from crawler.monitor.metrics import Metrics
 from crawler.monitor.quality import export_coverage
+from crawler.names import COVERAGE_ALERT_KEY
 from crawler.service import Control, NewCrawl
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlStore
@@ -97,6 +100,27 @@ def low(metrics: Metrics, host: str) -> bool:
     return now is not None and floor is not None and now < floor
 
 
+async def alert_queue(settings: Settings) -> str:
+    """A queue bound to the change feed's coverage alerts; its name."""
+    name = f"{settings.prefix}.test-alerts"
+    async with await aio_pika.connect(settings.amqp_url) as connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(name, durable=True)
+        await queue.bind(settings.names.changes, COVERAGE_ALERT_KEY)
+    return name
+
+
+async def alerts_in(settings: Settings, name: str) -> list[tuple[str | None, dict[str, Any]]]:
+    """The messages waiting in queue `name`: (message_id, body)."""
+    out = []
+    async with await aio_pika.connect(settings.amqp_url) as connection:
+        queue = await (await connection.channel()).declare_queue(name, durable=True)
+        while (message := await queue.get(fail=False)) is not None:
+            out.append((message.message_id, json.loads(message.body)))
+            await message.ack()
+    return out
+
+
 async def cli_out(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     """What `crawler ARGS` prints, run as a command runs (its own event loop: in a thread)."""
     assert await asyncio.to_thread(cli.main, args) == 0
@@ -121,6 +145,7 @@ async def test_a_template_change_mid_crawl_shows_alerts_and_a_fixed_rule_reparse
         monkeypatch.setenv(key, value)
     with serve(site):
         first = await crawl(settings, path, site)
+        alerts = await alert_queue(settings)
         # The new template: the price in a `.cost` the rule does not read, from the 12th request on.
         new = {
             f"/product/{i}": page(f"{host} product {i}", ["/"], extra=f'<p class="cost">{i}.99 EUR</p>')
@@ -150,6 +175,14 @@ async def test_a_template_change_mid_crawl_shows_alerts_and_a_fixed_rule_reparse
                 store.close()
         assert not running.exception()
         fetched = len(site.requests)
+
+        # The workers put each alert on the change feed once, read as they ran or as they stopped.
+        told = await alerts_in(settings, alerts)
+        assert len({i for i, _ in told}) == len(told), told
+        assert {(b["crawl"], b["alert"], b["pages"], b["subject"]) for _, b in told} >= {
+            (second, "below_expected", "product", "price"),
+            (second, "dropped", "product", "price"),
+        }, told
 
         table = await cli_out(["quality", "--crawl", second], capsys)
         assert f"crawl {second} (finished)" in table and f"last crawl: {first}" in table, table

@@ -169,6 +169,24 @@ function sum(counts, kind) {
   return Object.values(counts || {}).reduce((total, c) => total + (c[kind] || 0), 0);
 }
 
+// A red marker on a domain whose field coverage raised alerts (docs/quality.md): the fields (or
+// expectations) it names, and each alert's message under it.
+function coverageMarker(alerts, withCrawl = false) {
+  if (!alerts || !alerts.length) return [];
+  const subjects = [...new Set(alerts.map((a) => (a.pages === "all" || a.subject.includes("/") ? a.subject : `${a.pages}/${a.subject}`)))];
+  const lines = alerts.map((a) => (withCrawl ? `crawl ${a.crawl}: ${a.message}` : a.message));
+  return [
+    el("span", { class: "badge", "data-col": "coverage", title: lines.join("\n"), text: `coverage alert: ${subjects.join(", ")}` }),
+    ...lines.map((line) => el("div", { class: "why", "data-col": "coverage-why", text: line })),
+  ];
+}
+
+function byDomain(alerts) {
+  const out = {};
+  for (const a of alerts) (out[a.domain] = out[a.domain] || []).push(a);
+  return out;
+}
+
 // -- views -----------------------------------------------------------------------------------------
 
 async function showCrawls() {
@@ -202,10 +220,12 @@ async function showCrawls() {
 }
 
 async function showCrawl(id) {
-  const [crawl, series] = await Promise.all([
+  const [crawl, series, quality] = await Promise.all([
     api(`/v1/crawls/${encodeURIComponent(id)}`),
     api(`/v1/crawls/${encodeURIComponent(id)}/series`),
+    api(`/v1/crawls/${encodeURIComponent(id)}/quality`),
   ]);
+  const alerts = Object.fromEntries(quality.domains.map((d) => [d.domain, d.alerts]));
   $("crawl-title").textContent = `Crawl ${crawl.label || crawl.id}`;
   const opts = crawl.options;
   const facts = [
@@ -228,10 +248,11 @@ async function showCrawl(id) {
     const done = c.ok + c.failed + c.dead + c.skipped;
     const total = done + c.pending + c.retrying;
     const bar = el("progress", { max: Math.max(total, 1), value: done, "aria-label": `${domain}: ${done} of ${total} done` });
+    const marker = coverageMarker(alerts[domain]);
     return el(
       "tr",
-      { "data-id": domain },
-      cell("domain", domain),
+      { "data-id": domain, class: marker.length ? "alerted" : "" },
+      el("td", { "data-col": "domain" }, el("span", { text: domain }), ...marker),
       num("ok", c.ok),
       num("failed", c.failed),
       num("retrying", c.retrying),
@@ -246,7 +267,8 @@ async function showCrawl(id) {
 }
 
 async function showDomains() {
-  const data = await api("/v1/domains");
+  const [data, quality] = await Promise.all([api("/v1/domains"), api("/v1/quality/alerts")]);
+  const alerts = byDomain(quality.alerts);
   const rows = data.domains.map((d) => {
     const a = d.answers;
     const effective = d.backoff < 1 ? `${fixed(d.effective_rate)} (×${fixed(d.backoff, 3)})` : fixed(d.effective_rate);
@@ -255,6 +277,8 @@ async function showDomains() {
       name.append(el("span", { class: "badge", "data-col": "refused", text: "refused" }));
       name.append(el("div", { class: "why", text: d.refused_why }));
     }
+    const marker = coverageMarker(alerts[d.domain], true);
+    name.append(...marker);
     const robots = d.robots.detail ? `${d.robots.state}: ${d.robots.detail}` : d.robots.state;
     const actions = actionsCell();
     if (isAdmin()) {
@@ -264,7 +288,7 @@ async function showDomains() {
     }
     return el(
       "tr",
-      { "data-id": d.domain, class: d.refused ? "refused" : d.paused ? "paused" : "" },
+      { "data-id": d.domain, class: [d.refused ? "refused" : d.paused ? "paused" : "", marker.length ? "alerted" : ""].join(" ").trim() },
       name,
       num("depth", d.depth),
       num("unacked", d.unacked === null ? "?" : d.unacked),
