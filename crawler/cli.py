@@ -38,7 +38,8 @@ from crawler.dedup.near import NearIndexes
 from crawler.errors import ConfigError, CrawlerError
 from crawler.monitor import logs, readings
 from crawler.monitor.endpoint import METRICS_ADDR
-from crawler.monitor.metrics import AckAfter, DomainStats, Metrics
+from crawler.monitor.metrics import DomainStats, Metrics
+from crawler.monitor.metrics.deliveries import AckAfter
 from crawler.monitor.progress import PROGRESS_SAMPLE_EVERY, Progress
 from crawler.monitor.quality import thresholds
 from crawler.monitor.status import render, status, watch

@@ -13,8 +13,6 @@ import base64
 import binascii
 import json
 import logging
-import random
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -27,7 +25,6 @@ import httpx
 from crawler.config import CrawlConfig, FetchSpec, Rules
 from crawler.errors import (
     BackendBudgetExhausted,
-    BackendBusy,
     BackendKeyRejected,
     BackendUnavailable,
     BadResponse,
@@ -50,6 +47,7 @@ from crawler.fetch.fetcher import (
     slices,
     streamed,
 )
+from crawler.fetch.service_health import ServiceHealth
 
 Profile = Literal["envelope", "scrapingbee"]
 ENV_URL = "CRAWLER_FETCH_API_URL"
@@ -65,10 +63,6 @@ ENVELOPE_MOST_BODY = 10_000_000
 # past them that tells a longer file is cut. Both programs read it here (docs/gateway.md).
 STREAM_MOST_BODY = 52 * 1024 * 1024
 GATEWAY_ERROR = "Gateway-Error"  # the header marking crawler-gateway's own answers, and its failures
-BUSY_FIRST = 0.25  # seconds of back-off after the service's first 429; doubling up to BUSY_MOST
-BUSY_MOST = 30.0
-# An outage fails every page in flight: say so once, then at most this often, not once a page.
-REPORT_EVERY = 10.0
 
 log = logging.getLogger(__name__)
 
@@ -122,10 +116,7 @@ class ApiFetcher:
             timeout=aiohttp.ClientTimeout(total=None),
             trust_env=False,
         )
-        self._busy_until = 0.0
-        self._busy_strikes = 0
-        self._failing = 0  # transient service failures since its last good answer
-        self._reported = -REPORT_EVERY
+        self._health = ServiceHealth()
 
     @property
     def backend(self) -> str:
@@ -141,32 +132,11 @@ class ApiFetcher:
         refresh through it is told unchanged by its content's signature, never by a 304.
         """
         spec = rules.fetch_for(url)
-        deadline = rules.timeout + ANSWER_MARGIN
-        try:
-            async with asyncio.timeout(deadline):
-                await self._not_busy()
-                if self._profile == "scrapingbee":
-                    response = await self._scrapingbee(url, spec, rules, html_only)
-                else:
-                    response = await self._envelope(url, spec, rules, html_only)
-        except TimeoutError:
-            raise self._trouble(
-                BackendUnavailable(f"the fetch service gave no answer within {deadline:g}s", url=url)
-            ) from None
-        except BackendUnavailable as exc:
-            exc.url = exc.url or url
-            raise self._trouble(exc) from None
-        except FetchError as exc:
-            exc.url = exc.url or url
-            raise
-        except (aiohttp.ClientError, OSError) as exc:
-            raise self._trouble(
-                BackendUnavailable(f"cannot reach the fetch service ({_why(exc)})", url=url)
-            ) from None
-        self._busy_strikes = 0
-        if self._failing:
-            log.warning("the fetch service answers again after %d failed fetches", self._failing)
-            self._failing = 0
+        async with self._health.asking(url, rules.timeout + ANSWER_MARGIN, streaming=False):
+            if self._profile == "scrapingbee":
+                response = await self._scrapingbee(url, spec, rules, html_only)
+            else:
+                response = await self._envelope(url, spec, rules, html_only)
         if html_only and not response.is_html:
             return Response(
                 response.url,
@@ -191,25 +161,8 @@ class ApiFetcher:
             yield Streamed(response.url, response.status_code, response.headers, slices(response.body))
             return
         deadline = rules.timeout + ANSWER_MARGIN
-        try:
-            async with asyncio.timeout(deadline):
-                await self._not_busy()
-                async with self._raw(url, spec, rules) as answer:
-                    yield answer
-        except TimeoutError:
-            raise FetchTimeout(
-                f"no complete answer through the fetch service within {deadline:g}s", url=url
-            ) from None
-        except BackendUnavailable as exc:
-            exc.url = exc.url or url
-            raise self._trouble(exc) from None
-        except FetchError as exc:
-            exc.url = exc.url or url
-            raise
-        except (aiohttp.ClientError, OSError) as exc:
-            raise self._trouble(
-                BackendUnavailable(f"the fetch service's answer broke off ({_why(exc)})", url=url)
-            ) from None
+        async with self._health.asking(url, deadline, streaming=True), self._raw(url, spec, rules) as answer:
+            yield answer
 
     @asynccontextmanager
     async def _raw(self, url: str, spec: FetchSpec, rules: Rules) -> AsyncIterator[Streamed]:
@@ -237,35 +190,12 @@ class ApiFetcher:
                 if failed is not None:
                     raise failed(f"{message} (through the fetch service)")
                 raise self._service_error(resp.status, message)
-            self._busy_strikes = 0
             answered = httpx.Headers(
                 [(k, v) for k, v in resp.headers.items() if not k.lower().startswith("gateway-")]
             )
             encodings = resp.headers.getall("Content-Encoding", [])
             pieces = body_pieces(resp.content.iter_any(), encodings, limit, resp.status)
             yield Streamed(url, resp.status, answered, pieces)
-
-    def _trouble(self, exc: BackendUnavailable) -> BackendUnavailable:
-        """Log the service's failure (the first, then every REPORT_EVERY s); the page is retried."""
-        self._failing += exc.transient
-        now = time.monotonic()
-        if now - self._reported >= REPORT_EVERY:
-            self._reported = now
-            retried = "its pages are retried" if exc.transient else "not retried"
-            log.warning("%s (%s; %d failed fetches so far)", exc, retried, self._failing)
-        return exc
-
-    async def _not_busy(self) -> None:
-        """Wait out a back-off the service asked for with a 429 (the fetch's deadline bounds it)."""
-        wait = self._busy_until - time.monotonic()
-        if wait > 0:
-            await asyncio.sleep(wait)
-
-    def _busy(self, message: str) -> BackendBusy:
-        self._busy_strikes += 1
-        pause = min(BUSY_FIRST * 2 ** (self._busy_strikes - 1), BUSY_MOST) * random.uniform(1.0, 1.5)
-        self._busy_until = max(self._busy_until, time.monotonic() + pause)
-        return BackendBusy(f"the fetch service is at its concurrency limit: {message}")
 
     async def aclose(self) -> None:
         """Close the session and its connections."""
@@ -345,7 +275,7 @@ class ApiFetcher:
         if status == 402:
             return BackendBudgetExhausted(text)
         if status == 429:
-            return self._busy(text)
+            return self._health.busy(text)
         if status >= 500:
             return BackendUnavailable(text)
         bad = BackendUnavailable(text)
@@ -455,16 +385,6 @@ def _document(value: Any) -> bytes | None:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         raise BackendUnavailable("the fetch service's base64 document does not decode") from None
-
-
-def _why(exc: BaseException) -> str:
-    """What went wrong with the service, without the exception's own text: aiohttp's quotes the URL
-    asked, and ScrapingBee's URL carries the key (api_key=)."""
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return f"{type(exc).__name__}: {exc.status} {exc.message[:100]}"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"{type(exc).__name__}: {exc.host}:{exc.port} {exc.strerror or ''}".rstrip()
-    return type(exc).__name__
 
 
 def _number(value: Any) -> float:

@@ -1,7 +1,7 @@
 """A page's quality counts, as kinds of its crawl's counts, and a crawl's coverage read back from them.
 
 A page adds one to a few kinds: pages checked, pages with each field, failures of each expectation.
-They are kinds of the crawl's counts hash (field `domain kind`, crawler/names.py's crawl_counts_key),
+They are kinds of the crawl's counts hash (field `domain kind`, crawler/names/keys.py's crawl_counts_key),
 added in the same atomic step as the page's outcome (CrawlState.count), so a crawl's coverage is read
 from its counts, live or as its row keeps them once it ended, without a pass over its pages.
 """

@@ -14,7 +14,8 @@ from crawler.errors import InvalidMessage
 from crawler.frontier.crawls import CrawlState
 from crawler.frontier.message import CrawlMessage
 from crawler.frontier.retry import Delay, Failure
-from crawler.monitor.metrics import Metrics, OutcomeKind
+from crawler.monitor.metrics import Metrics
+from crawler.monitor.metrics.visits import OutcomeKind
 from crawler.worker.live import LiveConfig
 from crawler.worker.parking import Parking, attempts_of, parked_before
 from crawler.worker.settling import Counts, Done, Settling

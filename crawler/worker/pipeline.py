@@ -25,7 +25,8 @@ from crawler.frontier.retry import Delay, Failure, next_delay
 from crawler.frontier.router import Router
 from crawler.frontier.urls import host_of
 from crawler.monitor import logs
-from crawler.monitor.metrics import Metrics, OutcomeKind
+from crawler.monitor.metrics import Metrics
+from crawler.monitor.metrics.visits import OutcomeKind
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.sql import PageRecord
 from crawler.worker.admission import Admission
@@ -169,7 +170,7 @@ class Pipeline:
             await message.nack(requeue=True)
             return
         outcome = await self._cost.charge(domain, outcome, message)
-        self._metrics.observe_visit(domain, outcome)
+        self._metrics.observe_visit(domain, outcome, outcome.record.status_code)
         if lost(message):
             # Cut off from the broker while visiting: the broker has the message back and another
             # consumer may have stored the page already. Storing, routing or parking it here would

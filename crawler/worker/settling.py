@@ -24,7 +24,8 @@ from aio_pika.abc import AbstractIncomingMessage
 
 from crawler.dedup.store import SeenStore
 from crawler.frontier.crawls import CrawlState
-from crawler.monitor.metrics import AckAfter, Metrics
+from crawler.monitor.metrics import Metrics
+from crawler.monitor.metrics.deliveries import AckAfter
 from crawler.worker.tracing import step
 
 log = logging.getLogger(__name__)

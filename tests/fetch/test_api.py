@@ -4,6 +4,8 @@ ScrapingBee profile against a local imitation of its documented behaviour."""
 from __future__ import annotations
 
 import base64
+import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +21,7 @@ from crawler.errors import (
     FetchTimeout,
 )
 from crawler.fetch.api import ApiEndpoint, ApiFetcher
+from crawler.fetch.service_health import BUSY_FIRST
 from demo.site import Reply, Site, free_port, page, serve
 from tests.support.scrapingbee import ScrapingBee
 
@@ -133,6 +136,35 @@ async def test_a_target_failure_is_the_targets_and_a_dead_service_is_transient(s
     finally:
         await gone.aclose()
     assert caught.value.transient and KEY not in str(caught.value)
+
+
+async def test_a_streamed_answer_ends_an_outage_and_a_back_off_as_a_fetched_one_does(
+    service: Service, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="crawler.fetch")
+    config = api_config()
+    rules = config.rules_for("a.test")
+    fetcher = ApiFetcher(config, ApiEndpoint(f"http://127.0.0.47:{service.port}/fetch", KEY))
+    try:
+        for status, error in ((503, BackendUnavailable), (429, BackendBusy), (429, BackendBusy)):
+            service.status = status
+            with pytest.raises(error):
+                await fetcher.fetch("http://a.test/", rules)
+        service.status = 200
+        service.answer = {"status_code": 200, "headers": [["Content-Type", "text/html"]], "body": "<p>"}
+        async with fetcher.stream("http://a.test/sitemap.xml", rules) as answer:
+            assert answer.status_code == 200 and b"".join([p async for p in answer.pieces])
+        assert "the fetch service answers again after 1 failed fetches" in caplog.text
+        service.status = 429
+        with pytest.raises(BackendBusy):
+            await fetcher.fetch("http://a.test/", rules)
+        service.status = 200
+        began = time.monotonic()
+        await fetcher.fetch("http://a.test/", rules)
+    finally:
+        await fetcher.aclose()
+    # The 429 after the stream is a first one again: its back-off is BUSY_FIRST's, not a third's.
+    assert time.monotonic() - began < 4 * BUSY_FIRST
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from crawler.config import load_config
 from crawler.errors import ConfigError, ConnectFailed, FetchError, FetchTimeout, Refused, TooLarge
 from crawler.frontier.router import Routed
 from crawler.monitor import endpoint, readings
-from crawler.monitor.metrics import DomainStats, Metrics, error_kind, status_class
+from crawler.monitor.metrics import DomainStats, Metrics
+from crawler.monitor.metrics.visits import error_kind, status_class
 from crawler.sink.sql import migrate
 from crawler.worker import wiring
 from crawler.worker.watching import Monitoring

@@ -83,7 +83,7 @@ async def test_a_missing_required_field_is_a_visible_failure(
     assert outcome.links == [site.url("/c")]  # its links are still followed
     assert outcome.extraction_failures == ("price",)
     metrics = Metrics(process=False)
-    metrics.observe_visit("a.test", outcome)
+    metrics.observe_visit("a.test", outcome, outcome.record.status_code)
     value = metrics.registry.get_sample_value(
         "crawler_extraction_failures_total", {"domain": "a.test", "field": "price"}
     )

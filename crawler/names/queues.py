@@ -1,0 +1,88 @@
+"""The names the crawler gives to RabbitMQ's objects and to its messages' headers."""
+
+from __future__ import annotations
+
+# Headers the crawler sets on its messages (never `x-`: RabbitMQ owns those).
+HEADER_ATTEMPTS = "crawler-attempts"
+HEADER_REASON = "crawler-reason"
+HEADER_ERROR = "crawler-error"
+HEADER_STATUS = "crawler-status"
+HEADER_DOMAIN = "crawler-domain"
+HEADER_CONSUMER = "crawler-consumer"
+HEADER_TIME = "crawler-time"
+HEADER_RETRY_TIER = "crawler-retry-tier"
+HEADER_CREDITS = "crawler-credits"  # credits the page's earlier attempts were charged
+HEADER_WEBHOOK = "crawler-webhook"  # the one receiver (its key) a webhook delivery's copy is for
+# The frontier routing key of webhook deliveries coming back from a retry tier or a replay: the
+# frontier binds it to the webhooks queue. No host is in upper case, nor has a `^`.
+WEBHOOK_KEY = "^WEBHOOKS"
+# The change feed's routing key of coverage alerts (docs/quality.md): unlike any domain, so a queue
+# bound to a domain's versions is never sent them.
+COVERAGE_ALERT_KEY = "^COVERAGE"
+
+
+# A classic queue's priority levels cost memory per level; 0..9 is what domains.yaml allows.
+MAX_PRIORITY = 9
+# Quorum queues (RabbitMQ < 4.0) have no priorities: messages at or above FIRST_BAND (seeds, links a
+# URL rule raised above the default) go to a domain's first-band queue, marked by this last word of
+# their routing key (no host name ends in it), and a worker consumes both of the domain's queues.
+FIRST_BAND = 6
+FIRST_BAND_WORD = "^"
+
+
+def delay_label(seconds: float) -> str:
+    """A delay as a person writes it: 1s, 1.5s, 30s, 5m, 2h."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{int(seconds // 3600)}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{int(seconds // 60)}m"
+    return f"{seconds:g}s"
+
+
+class QueueNames:
+    """Exchanges and queues under one prefix."""
+
+    __slots__ = ()
+    prefix: str
+
+    @property
+    def frontier(self) -> str:
+        """Topic exchange every URL is published to, routed by host."""
+        return f"{self.prefix}.frontier"
+
+    @property
+    def unrouted(self) -> str:
+        """Alternate exchange and queue for URLs of hosts no domain queue takes."""
+        return f"{self.prefix}.unrouted"
+
+    @property
+    def dead(self) -> str:
+        """Exchange and queue of messages set aside for a person: dead for good or invalid."""
+        return f"{self.prefix}.dead"
+
+    @property
+    def changes(self) -> str:
+        """Topic exchange of the change feed: each new version of a page, routed by its domain."""
+        return f"{self.prefix}.changes"
+
+    @property
+    def webhooks(self) -> str:
+        """Queue of the change feed's versions to POST to webhooks, and of their retries."""
+        return f"{self.prefix}.webhooks"
+
+    @property
+    def retry(self) -> str:
+        """Headers exchange routing a message to its delay tier."""
+        return f"{self.prefix}.retry"
+
+    def domain_queue(self, domain: str) -> str:
+        """The work queue of one configured domain."""
+        return f"{self.prefix}.domain.{domain}"
+
+    def first_band(self, domain: str) -> str:
+        """A quorum frontier's queue of one domain's first-priority work (seeds and raised links)."""
+        return f"{self.prefix}.first.{domain}"
+
+    def retry_queue(self, delay: float) -> str:
+        """The delay queue of one retry tier."""
+        return f"{self.prefix}.retry.{delay_label(delay)}"
