@@ -29,7 +29,7 @@ from crawler.errors import (
 from crawler.frontier.retry import Failure
 from crawler.frontier.router import Routed
 from crawler.quality.metrics import CoverageMetrics
-from crawler.sink.sql import PageRecord
+from crawler.visited import Visited
 
 FETCH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -74,12 +74,12 @@ class _Fetch(Protocol):
     def error(self) -> FetchError | None: ...
 
 
-class Visited(Protocol):
-    """A visit's outcome as observe_visit reads it: crawler.worker.page.Outcome, which monitoring
-    does not import (the worker sits above it)."""
+class ObservedVisit(Protocol):
+    """A visit as observe_visit reads it: crawler.worker.page.Visit, which monitoring does not import
+    (the worker sits above it)."""
 
     @property
-    def record(self) -> PageRecord: ...
+    def visited(self) -> Visited: ...
     @property
     def failure(self) -> Failure | None: ...
     @property
@@ -367,17 +367,16 @@ class Metrics:
         if kind is not None:
             self.errors.labels(domain, kind).inc()
 
-    def observe_visit(self, domain: str, outcome: Visited) -> None:
+    def observe_visit(self, domain: str, visit: ObservedVisit) -> None:
         """A visit: its wait for a rate token and its fetch, if it got that far."""
-        fetched = outcome.fetched
+        fetched = visit.fetched
         if fetched is not None:
-            self.observe_rate_wait(domain, outcome.rate_wait)
-            self.observe_fetch(
-                domain, fetched.seconds, outcome.record.status_code, fetched.nbytes, fetched.error
-            )
-        elif outcome.failure is not None and outcome.failure.transient:
+            self.observe_rate_wait(domain, visit.rate_wait)
+            status = visit.visited.answered.status_code
+            self.observe_fetch(domain, fetched.seconds, status, fetched.nbytes, fetched.error)
+        elif visit.failure is not None and visit.failure.transient:
             self.observe_error(domain, "robots")  # robots.txt could not be had: try again later
-        for name in outcome.extraction_failures:
+        for name in visit.extraction_failures:
             self.observe_extraction_failure(domain, name)
 
     def observe_extraction_failure(self, domain: str, field: str) -> None:

@@ -34,8 +34,7 @@ from crawler.quality.report import QualityReport
 from crawler.scheduler.running import scheduling
 from crawler.service.health import DomainHealth, domain_health
 from crawler.settings import Settings
-from crawler.sink.crawls import OPEN, CrawlRecord, CrawlStore
-from crawler.sink.crawls import CrawlState as State
+from crawler.sink.crawls import OPEN, CrawlRecord, CrawlStatus, CrawlStore
 from crawler.sink.domains import DomainStore
 from crawler.sink.history import PageHistory, PageState, StoredVersion
 from crawler.sink.sql import check_schema, migrate
@@ -61,7 +60,7 @@ class CrawlView:
 
     id: str
     label: str | None
-    state: State
+    state: CrawlStatus
     seeds: list[str]
     options: dict[str, Any]
     started: datetime
@@ -234,14 +233,14 @@ class Control:
         await wiring.seed_into(self._f, self.settings, self.config, seeds, new.priority, crawl, options)
         return await self.get_crawl(crawl)
 
-    async def list_crawls(self, state: State | None = None) -> list[CrawlView]:
+    async def list_crawls(self, state: CrawlStatus | None = None) -> list[CrawlView]:
         """Every crawl (newest first), or those in `state`."""
         records = await asyncio.to_thread(self._store.list, None)
         views = [await self._view(r) for r in records]
         return [v for v in views if state is None or v.state == state]
 
     async def crawls_page(
-        self, state: State | None = None, limit: int = 20, before: str | None = None
+        self, state: CrawlStatus | None = None, limit: int = 20, before: str | None = None
     ) -> CrawlsView:
         """Up to `limit` crawls listed after the crawl `before`, newest first, or those in `state`."""
         records = await asyncio.to_thread(self._store.list, state, limit + 1, before)
