@@ -67,7 +67,7 @@ from crawler.sink.sitemaps import SitemapRead, SitemapStore
 from crawler.sink.sql import check_schema, migrate
 from crawler.storage import is_object_url
 from crawler.worker import wiring
-from crawler.worker.alongside import background
+from crawler.worker.background import background
 from crawler.worker.consumer import Ending
 from crawler.worker.signals import EXIT_ABORTED
 from crawler.worker.watching import Monitoring

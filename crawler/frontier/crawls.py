@@ -17,8 +17,7 @@ from redis.asyncio import Redis
 
 from crawler.names import OPEN_FIELD, Names
 from crawler.quality.coverage import is_quality
-from crawler.sink.crawls import CrawlRecord, CrawlStore
-from crawler.sink.crawls import CrawlState as StoredState
+from crawler.sink.crawls import CrawlRecord, CrawlStatus, CrawlStore
 from crawler.sink.domains import DomainStore
 
 log = logging.getLogger(__name__)
@@ -245,7 +244,7 @@ class CrawlState:
                 return True
         return False
 
-    async def end(self, crawl: str, state: StoredState) -> bool:
+    async def end(self, crawl: str, state: CrawlStatus) -> bool:
         """Mark a crawl's record ended now with its counts now; False if it had ended already."""
         if self._records is None:
             return False

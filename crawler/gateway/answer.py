@@ -140,4 +140,4 @@ class Refusal:
         """Nothing is held."""
 
 
-Outcome = Page | Failed | Refusal
+GatewayAnswer = Page | Failed | Refusal

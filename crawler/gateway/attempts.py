@@ -9,7 +9,7 @@ import time
 
 from crawler.errors import FetchError
 from crawler.fetch.fetcher import HTML_TYPES
-from crawler.gateway.answer import NO_EXIT, Failed, Outcome, Page, Refusal, explained
+from crawler.gateway.answer import NO_EXIT, Failed, GatewayAnswer, Page, Refusal, explained
 from crawler.gateway.ask import Ask
 from crawler.gateway.hold import Hold, Streamed
 from crawler.gateway.metrics import GatewayMetrics
@@ -34,7 +34,9 @@ class Attempts:
         self._renderer = renderer
         self._metrics = metrics
 
-    async def run(self, setup: Setup, ask: Ask, key: ApiKey, exits: list[Exit], price: float) -> Outcome:
+    async def run(
+        self, setup: Setup, ask: Ask, key: ApiKey, exits: list[Exit], price: float
+    ) -> GatewayAnswer:
         """The target's answer to `ask` (charged), its failure, or the gateway's refusal."""
         started = time.monotonic()
         try:
@@ -42,7 +44,7 @@ class Attempts:
         except FetchError as exc:
             return Failed.of(exc, started, ask.url)
         hold = Hold(self._pool, key, price, ask.host, self._metrics)
-        outcome: Outcome | None = None
+        outcome: GatewayAnswer | None = None
         try:
             outcome = await self._tries(setup, ask, key, hold, exits, pinned, started)
             return outcome
@@ -59,7 +61,7 @@ class Attempts:
         exits: list[Exit],
         pinned: str,
         started: float,
-    ) -> Outcome:
+    ) -> GatewayAnswer:
         config = setup.config
         deadline = started + ask.timeout
         banned = 0
@@ -103,7 +105,7 @@ class Attempts:
 
     async def _answer(
         self, setup: Setup, ask: Ask, key: ApiKey, hold: Hold, exit: Exit, reply: Reply, started: float
-    ) -> Outcome:
+    ) -> GatewayAnswer:
         """The answer that counts: rendered if asked, charged now, or once its stream has ended."""
         headers, body, final_url, rendered = reply.headers, reply.head, reply.url, False
         original = None  # the document as the site sent it, kept beside a DOM when asked for

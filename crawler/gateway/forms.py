@@ -17,7 +17,7 @@ from multidict import CIMultiDict
 
 from crawler.errors import FetchError
 from crawler.fetch.api import GATEWAY_ERROR
-from crawler.gateway.answer import Failed, Outcome, Page, Refusal, Rest
+from crawler.gateway.answer import Failed, GatewayAnswer, Page, Refusal, Rest
 
 log = logging.getLogger("crawler.gateway")
 
@@ -53,7 +53,7 @@ NOT_RELAYED = frozenset(
 )
 NOT_RELAYED_PREFIXES = (PREFIX, "proxy-")
 
-Form = Callable[[Outcome, web.Request], Awaitable[web.StreamResponse]]
+Form = Callable[[GatewayAnswer, web.Request], Awaitable[web.StreamResponse]]
 
 
 def refused(refusal: Refusal) -> web.Response:
@@ -64,7 +64,7 @@ def refused(refusal: Refusal) -> web.Response:
     return response
 
 
-async def envelope(outcome: Outcome, _: web.Request) -> web.StreamResponse:
+async def envelope(outcome: GatewayAnswer, _: web.Request) -> web.StreamResponse:
     """The JSON envelope: status 200 for whatever the target did, its answer or failure inside."""
     if isinstance(outcome, Refusal):
         return refused(outcome)
@@ -98,7 +98,7 @@ async def envelope(outcome: Outcome, _: web.Request) -> web.StreamResponse:
     return web.json_response(body)
 
 
-async def raw(outcome: Outcome, request: web.Request) -> web.StreamResponse:
+async def raw(outcome: GatewayAnswer, request: web.Request) -> web.StreamResponse:
     """The target's own answer, byte for byte, a long body streamed; or the gateway's, marked."""
     if isinstance(outcome, Refusal):
         return refused(outcome)

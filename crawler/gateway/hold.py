@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from crawler.gateway.answer import BUDGET, CONCURRENCY, Refusal
 from crawler.gateway.ask import Ask
 from crawler.gateway.metrics import GatewayMetrics
-from crawler.gateway.pool import Outcome, Pool, Settled
+from crawler.gateway.pool import Attempted, Pool, Settled
 from crawler.gateway.proxies import ApiKey, Exit
 from crawler.gateway.relay import Reply
 
@@ -58,7 +58,7 @@ class Hold:
                 return None
             await asyncio.sleep(pause)
 
-    async def release(self, outcome: Outcome, *, final: bool) -> Settled:
+    async def release(self, outcome: Attempted, *, final: bool) -> Settled:
         """Settle the reserved exit with `outcome`; `final` also uncounts the request from its key."""
         exit, self._exit = self._exit, None
         settled = await self._pool.settle(

@@ -211,7 +211,7 @@ end
 return {cooled, died, fleet}
 """
 
-Outcome = Literal["answered", "banned", "failed", "none"]
+Attempted = Literal["answered", "banned", "failed", "none"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +352,7 @@ class Pool:
         request_id: str,
         exit: Exit | None,
         domain: str,
-        outcome: Outcome,
+        outcome: Attempted,
         price: float,
         *,
         final: bool,

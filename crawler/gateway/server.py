@@ -25,7 +25,7 @@ from redis.asyncio import Redis
 
 from crawler.errors import ConfigError
 from crawler.gateway import forms
-from crawler.gateway.answer import BAD_REQUEST, KEY, Outcome, Refusal
+from crawler.gateway.answer import BAD_REQUEST, KEY, GatewayAnswer, Refusal
 from crawler.gateway.ask import parse_ask
 from crawler.gateway.attempts import Attempts
 from crawler.gateway.ledger import find_key
@@ -126,7 +126,7 @@ class Gateway:
         self.metrics.answers.labels(str(outcome.code)).inc()
         return response
 
-    async def _outcome(self, request: web.Request) -> tuple[Outcome, forms.Form]:
+    async def _outcome(self, request: web.Request) -> tuple[GatewayAnswer, forms.Form]:
         """What to answer, and the form to answer in; the gateway's refusals are alike in both."""
         setup = self.setup
         key = find_key(setup.keys, request.headers.get("X-API-Key", ""))

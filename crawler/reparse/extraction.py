@@ -27,7 +27,7 @@ from crawler.reparse.records import Answer, ArchiveFile
 from crawler.sink.reparsed import PageContent, Target
 from crawler.sink.sql import simhash_hex
 
-Outcome = Literal["read", "skipped", "unconfigured", "missing"]
+ReadStatus = Literal["read", "skipped", "unconfigured", "missing"]
 RENDERED_TYPE = "text/html; charset=utf-8"  # a DOM is serialized as UTF-8
 ORPHAN_CHECK = 1.0  # seconds between a pool process's looks at whether its parent is still there
 
@@ -37,7 +37,7 @@ class Result:
     """What reading one page again found: its new reading, or why there was none."""
 
     target: Target
-    outcome: Outcome
+    outcome: ReadStatus
     read: PageRead | None = None
     note: str | None = None  # why its record could not be read
     content: PageContent | None = None  # with `content:` on: its content columns

@@ -17,7 +17,7 @@ from crawler.monitor.quality import current_quality, quality
 from crawler.quality.report import QualityReport
 from crawler.settings import Settings
 from crawler.sink.crawls import OPEN, CrawlRecord, CrawlStore
-from crawler.sink.crawls import CrawlState as State
+from crawler.sink.crawls import CrawlStatus as State
 from crawler.worker import wiring
 
 SERIES_POINTS = 120  # most points of a crawl's pages-over-time series

@@ -17,9 +17,9 @@ from crawler.sink.tables import Base, Page
 
 # `interrupted`: its work was stopped before it ended (Ctrl-C, a fetch service that refused, a reset);
 # what it left queued may still be crawled, and then it finishes.
-CrawlState = Literal["running", "finished", "cancelled", "interrupted"]
-STATES: tuple[CrawlState, ...] = ("running", "finished", "cancelled", "interrupted")
-OPEN: tuple[CrawlState, ...] = ("running", "interrupted")  # states a crawl may still end from
+CrawlStatus = Literal["running", "finished", "cancelled", "interrupted"]
+STATES: tuple[CrawlStatus, ...] = ("running", "finished", "cancelled", "interrupted")
+OPEN: tuple[CrawlStatus, ...] = ("running", "interrupted")  # states a crawl may still end from
 T = TypeVar("T")
 
 
@@ -45,7 +45,7 @@ class CrawlRecord:
 
     id: str
     label: str | None
-    state: CrawlState
+    state: CrawlStatus
     seeds: list[str]
     options: dict[str, Any]
     created_at: datetime
@@ -55,7 +55,7 @@ class CrawlRecord:
     @classmethod
     def of(cls, row: Crawl) -> CrawlRecord:
         """The record of a row; SQLite returns naive times, which are UTC."""
-        state: CrawlState = next((st for st in STATES if st == row.state), "running")
+        state: CrawlStatus = next((st for st in STATES if st == row.state), "running")
         return cls(
             row.id,
             row.label,
@@ -123,7 +123,7 @@ class CrawlStore:
         return self._session(lambda s: {str(c): float(n) for c, n in s.execute(stmt).all()})
 
     def list(
-        self, state: CrawlState | None = None, limit: int | None = 1000, before: str | None = None
+        self, state: CrawlStatus | None = None, limit: int | None = 1000, before: str | None = None
     ) -> list[CrawlRecord]:
         """Crawls, newest first (`limit` of them, None: all), optionally only those in `state`, and only
         those listed after the crawl `before` (a page's last); an unknown `before` lists nothing."""
@@ -147,7 +147,7 @@ class CrawlStore:
 
         return self._session(work)
 
-    def end(self, crawl: str, state: CrawlState, counts: dict[str, dict[str, int]]) -> bool:
+    def end(self, crawl: str, state: CrawlStatus, counts: dict[str, dict[str, int]]) -> bool:
         """Mark a crawl ended (at this moment) with its counts then; False if it had ended already.
 
         One atomic update: whoever sees the end first decides it. Only a running crawl is interrupted;

@@ -36,16 +36,13 @@ from crawler.sink.tables import (
     Page,
 )
 from crawler.sink.versions import Version
+from crawler.visited import utcnow
 
 # Alembic keeps its running context in module globals, so one process migrates one at a time;
 # other processes are kept apart by the database lock taken in migrations/env.py.
 _MIGRATING = threading.Lock()
 # How long a SQLite connection waits for another process's lock before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +59,7 @@ class PageRecord:
     error: str | None = None
     title: str | None = None
     data: dict[str, Any] | None = None
-    fetched_at: datetime = field(default_factory=_utcnow)
+    fetched_at: datetime = field(default_factory=utcnow)
     credits: float = 0.0  # what the fetch service charged for the last attempt (direct: 0)
     exit_id: str | None = None  # the fetch service's exit that carried it, by id (never its URL)
     crawl: str | None = None  # the crawl that stored it; None: the default crawl

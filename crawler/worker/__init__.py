@@ -2,7 +2,7 @@
 
 from crawler.monitor.metrics import DomainStats
 from crawler.worker.consumer import Consumer
-from crawler.worker.page import Outcome, Visitor
+from crawler.worker.page import Visit, Visitor
 from crawler.worker.watching import Monitoring
 
-__all__ = ["Consumer", "DomainStats", "Monitoring", "Outcome", "Visitor"]
+__all__ = ["Consumer", "DomainStats", "Monitoring", "Visit", "Visitor"]

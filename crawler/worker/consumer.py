@@ -46,9 +46,9 @@ from crawler.worker.admission import Admission
 from crawler.worker.announce import Announcer
 from crawler.worker.backoffs import KeptBackoffs
 from crawler.worker.cost import Cost
+from crawler.worker.delivery_end import lost
 from crawler.worker.drain import Drain
-from crawler.worker.ending import lost
-from crawler.worker.holds import Holds
+from crawler.worker.held_domains import Holds
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import Visitor
 from crawler.worker.parking import Parking

@@ -22,7 +22,7 @@ from crawler.dedup.near import NearIndexes
 from crawler.errors import ContentRefused
 from crawler.monitor.metrics import Metrics
 from crawler.names import Names
-from crawler.sink.sql import PageRecord
+from crawler.visited import MadeContent, PageTask
 
 if TYPE_CHECKING:
     from crawler.content.jobs import Content
@@ -32,9 +32,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Made:
-    """A page's row with its content, and whether it is a near-duplicate whose links are not followed."""
+    """A page's content (None: none made), a document's title, and whether the page is a near-duplicate
+    whose links are not followed."""
 
-    record: PageRecord
+    content: MadeContent | None = None
+    title: str | None = None
     skip_links: bool = False
 
 
@@ -54,56 +56,57 @@ class Contents:
         """True if an answer of `url` that is not HTML, of `content_type`, is read as a document."""
         return rules.content is not None and is_document(content_type, url)
 
-    async def page(self, record: PageRecord, rules: Rules, body: bytes, url: str) -> Made:
-        """`record` with an HTML page's main content (none without `main`), language and simhash."""
+    async def page(self, task: PageTask, rules: Rules, body: bytes, url: str) -> Made:
+        """An HTML page's main content (none without `main`), language and simhash."""
         content = rules.content
         if content is None or not content.main:
-            return Made(record)
+            return Made()
         try:
             found = await self._pool.run(self._jobs.html_content, body, url, content.favor)
         except ContentRefused as refused:
-            return self._refused(record, refused)
+            return self._refused(task, refused)
         if found is None:
-            self._metrics.observe_content(record.domain, "none")
-            return Made(record)
-        return await self._made(record, rules, content, found)
+            self._metrics.observe_content(task.domain, "none")
+            return Made()
+        return await self._made(task, rules, content, found)
 
-    async def document(self, record: PageRecord, rules: Rules, body: bytes, url: str) -> Made:
-        """`record` with a document's text, title, language and simhash, or the reason it was refused."""
+    async def document(
+        self, task: PageTask, content_type: str | None, rules: Rules, body: bytes, url: str
+    ) -> Made:
+        """A document's text, title, language and simhash, or the reason it was refused."""
         content = rules.content
         if content is None:
-            return Made(record)
+            return Made()
         try:
             found = await self._pool.run(
-                self._jobs.document_content, body, record.content_type, url, DocumentLimits()
+                self._jobs.document_content, body, content_type, url, DocumentLimits()
             )
         except ContentRefused as refused:
-            return self._refused(record, refused)
-        made = await self._made(record, rules, content, found)
-        return replace(made, record=replace(made.record, title=found.title, markdown=None))
+            return self._refused(task, refused)
+        made = await self._made(task, rules, content, found)
+        return replace(made, content=replace(made.content or MadeContent(), markdown=None), title=found.title)
 
-    def _refused(self, record: PageRecord, refused: ContentRefused) -> Made:
-        log.info("%s: content refused (%s): %s", record.url, refused.reason, refused)
-        self._metrics.observe_content(record.domain, "refused", str(refused.reason))
-        return Made(replace(record, content_refused=str(refused.reason)))
+    def _refused(self, task: PageTask, refused: ContentRefused) -> Made:
+        log.info("%s: content refused (%s): %s", task.url, refused.reason, refused)
+        self._metrics.observe_content(task.domain, "refused", str(refused.reason))
+        return Made(MadeContent(content_refused=str(refused.reason)))
 
-    async def _made(self, record: PageRecord, rules: Rules, content: ContentRules, found: Content) -> Made:
+    async def _made(self, task: PageTask, rules: Rules, content: ContentRules, found: Content) -> Made:
         near = rules.near_duplicates
         original = None
         if near is not None and found.simhash is not None:
-            match = await self._near.at(near.distance).claim(found.simhash, record.url)
+            match = await self._near.at(near.distance).claim(found.simhash, task.url)
             original = match.page if match is not None else None
         markdown, text = found.kept(content.formats)
-        record = replace(
-            record,
+        made = MadeContent(
             markdown=markdown,
             text=text,
             lang=found.lang.code if found.lang is not None else None,
             simhash=found.simhash,
             near_duplicate_of=original,
         )
-        self._metrics.observe_content(record.domain, "made" if original is None else "near_duplicate")
-        return Made(record, skip_links=original is not None and near is not None and near.skip_links)
+        self._metrics.observe_content(task.domain, "made" if original is None else "near_duplicate")
+        return Made(made, skip_links=original is not None and near is not None and near.skip_links)
 
 
 @asynccontextmanager

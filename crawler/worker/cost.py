@@ -15,7 +15,7 @@ from crawler.config import Rules
 from crawler.frontier.quota import CreditQuota
 from crawler.monitor.metrics import Metrics
 from crawler.names import HEADER_CREDITS, Names
-from crawler.worker.page import Outcome
+from crawler.worker.page import Visit
 
 
 class Cost:
@@ -30,12 +30,13 @@ class Cost:
         """False once the domain has spent its max_credits: the page is skipped, like max_pages."""
         return await self.quota.allows(domain, rules.max_credits)
 
-    async def charge(self, domain: str, outcome: Outcome, message: AbstractIncomingMessage) -> Outcome:
-        """Count the visit's credits; the outcome's row carries the page's credits over all attempts.
+    async def charge(self, domain: str, visit: Visit, message: AbstractIncomingMessage) -> Visit:
+        """Count the visit's credits; the visit's answer carries the page's credits over all attempts.
 
         The running total is written into `message.headers`, which a retry or dead letter copies.
         """
-        spent = outcome.record.credits
+        visited = visit.visited
+        spent = visited.answered.credits
         if spent:
             await self.quota.add(domain, spent)
             self._metrics.add_credits(self.backend, spent)
@@ -44,8 +45,9 @@ class Cost:
         if message.headers is not None and (spent or earlier):
             message.headers[HEADER_CREDITS] = total
         if not earlier:
-            return outcome
-        return replace(outcome, record=replace(outcome.record, credits=total))
+            return visit
+        answered = replace(visited.answered, credits=total)
+        return replace(visit, visited=replace(visited, answered=answered))
 
 
 def carried(message: AbstractIncomingMessage) -> float:

@@ -10,7 +10,7 @@ from crawler.frontier.router import PublishFailed, Routed, Router
 from crawler.frontier.urls import fingerprint
 from crawler.monitor.metrics import Metrics
 from crawler.worker.concurrency import short_retries
-from crawler.worker.page import Outcome, hop_id
+from crawler.worker.page import Visit, hop_id
 
 NO_OPTIONS = CrawlOptions()
 
@@ -24,24 +24,22 @@ class Linking:
         self._wait = short_retry_wait
 
     async def route(
-        self, domain: str, url: str, crawl: CrawlMessage, options: CrawlOptions, outcome: Outcome, route: bool
+        self, domain: str, url: str, crawl: CrawlMessage, options: CrawlOptions, visit: Visit, route: bool
     ) -> list[Routed]:
         """Route the page's links and its redirect; nothing unless `route` (a refresh that found no
         change routes nothing)."""
         routed: list[Routed] = []
         if not route:
             return routed
-        if outcome.links:
+        if visit.links:
             routed.append(
-                await self._route(domain, outcome.links, crawl.depth + 1, url, crawl=crawl, options=options)
+                await self._route(domain, visit.links, crawl.depth + 1, url, crawl=crawl, options=options)
             )
-        if outcome.redirect is not None:
+        if visit.redirect is not None:
             # Routed like a link at the page's own depth: the target's domain queue, rate, robots.txt
             # and dedup claim apply to it as to any request; a target already seen is not fetched.
             hops = (*crawl.via, hop_id(url))
-            routed.append(
-                await self._route(domain, [outcome.redirect], crawl.depth, url, hops, crawl, options)
-            )
+            routed.append(await self._route(domain, [visit.redirect], crawl.depth, url, hops, crawl, options))
         return routed
 
     async def _route(

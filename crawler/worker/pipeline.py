@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
 
-from crawler.errors import BackendHalt, BadURL, Cancelled, InvalidMessage, SinkError
+from crawler.config import Rules
+from crawler.errors import BackendHalt, BadURL, Cancelled, InvalidMessage
 from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.message import CrawlMessage
 from crawler.frontier.quota import PageQuota
@@ -24,29 +24,25 @@ from crawler.frontier.recovery import Recovery
 from crawler.frontier.retry import Delay, Failure, next_delay
 from crawler.frontier.router import Router
 from crawler.frontier.urls import host_of
-from crawler.monitor import logs
 from crawler.monitor.metrics import Metrics
-from crawler.monitor.metrics.visits import OutcomeKind
 from crawler.sink.groupcommit import GroupCommit
-from crawler.sink.sql import PageRecord
-from crawler.worker.admission import Admission
+from crawler.visited import PageTask
+from crawler.worker.admission import Admission, Checked
 from crawler.worker.announce import Announcer
-from crawler.worker.concurrency import short_retries
 from crawler.worker.cost import Cost
-from crawler.worker.ending import Endings, lost
+from crawler.worker.delivery import ROBOTS, Delivery, pages_log
+from crawler.worker.delivery_end import Endings, lost
 from crawler.worker.gate import Gate
+from crawler.worker.keeping import Keeping
 from crawler.worker.linking import NO_OPTIONS, Linking
 from crawler.worker.live import LiveConfig
-from crawler.worker.page import DISALLOWED, Outcome, Visitor
+from crawler.worker.page import DISALLOWED, Visit, Visitor
 from crawler.worker.parking import Parking, attempts_of, parked_before
-from crawler.worker.refresh import settle
 from crawler.worker.settling import Done, Settling
 from crawler.worker.sitemaps import SitemapReading
 from crawler.worker.tracing import step
 
 log = logging.getLogger(__name__)
-pages_log = logging.getLogger("crawler.pages")  # one line per page outcome: verbose
-ROBOTS = "robots"  # the skip reason (crawler_pages_skipped_total{reason}) of a page robots.txt keeps out
 
 
 class Pipeline:
@@ -72,19 +68,18 @@ class Pipeline:
         sitemaps: SitemapReading | None = None,
     ) -> None:
         self._live = live
-        self._announcer = announcer  # None: no change feed (tests)
         self._sitemaps = sitemaps  # None: sitemap tasks are acked unread (tests)
         self._visitor = visitor
         self._cost = cost
         self._router = router
-        self._writes = writes
         self._parking = parking
         self._metrics = metrics
         self._wait = short_retry_wait
         self._crawls = crawls  # None: crawl ids are carried but not checked nor counted (tests)
         self._gate = Gate(quota, cost, router.seen, crawls, recovery, admission)
         self._ends = Endings(live, parking, settling, metrics, crawls)
-        self._linking = Linking(router, metrics, short_retry_wait)
+        linking = Linking(router, metrics, short_retry_wait)
+        self._keeping = Keeping(writes, announcer, linking, parking, self._ends, metrics, short_retry_wait)
 
     async def handle(self, domain: str, message: AbstractIncomingMessage) -> None:
         """Bring one delivery to its outcome and ack it (or leave it to the broker to deliver again)."""
@@ -109,47 +104,74 @@ class Pipeline:
     async def _process(self, domain: str, message: AbstractIncomingMessage, received: float) -> None:
         if lost(message):  # prefetched before the connection dropped: not worth a fetch
             return self.abandon(domain, message, " before its work began")
+        delivery = await self._delivery(domain, message)
+        if delivery is None:
+            return  # set aside unread
+        crawl = delivery.crawl
+        if crawl.sitemap is not None:
+            return await self._sitemap(delivery)
+        rules = self._live.rules(domain)
+        verdict = await self._gate.verdict(
+            delivery.url, domain, crawl.crawl, delivery.options, rules, delivery.first
+        )
+        if verdict.cancelled:
+            return await self._ends.done(message, domain, "cancelled")
+        if verdict.skip is not None:
+            return await self._skipped(delivery, *verdict.skip)
+        visit = await self._visit(delivery, rules, verdict.checked, received)
+        if visit is None:
+            return  # cancelled, returned unfetched, or left to the broker
+        if visit.disallowed and crawl.refresh is None:
+            # Skipped by policy, like a page past max_pages: no row, counted once as skipped. A
+            # stored page robots.txt now keeps out is stored, for its schedule to say so.
+            return await self._skipped(delivery, ROBOTS, DISALLOWED)
+        failure = visit.failure
+        delay = self._delay(domain, delivery.attempts, failure)
+        if failure is not None and delay is not None:
+            delivery.logged("retry", visit, delay=round(delay.seconds, 1))
+            return await self._ends.retried(message, domain, crawl, delivery.attempts, delay, failure)
+        await self._keeping.keep(delivery, rules, visit)
+
+    async def _delivery(self, domain: str, message: AbstractIncomingMessage) -> Delivery | None:
+        """The delivery's page and its crawl's options; None if the message was set aside as invalid."""
         attempts = attempts_of(message) + 1
         try:
             crawl, url = self._read(domain, message)
         except (InvalidMessage, BadURL) as exc:
             log.warning("%s: invalid message set aside: %s", domain, exc)
             await self._parking.dead(message, domain, attempts, Failure("invalid", str(exc)))
-            return await self._ends.done(message, domain, "invalid")
-        options = await self._options(crawl.crawl)
-        if crawl.sitemap is not None:
-            return await self._sitemap(domain, message, crawl, url, attempts, options)
-        rules = self._live.rules(domain)
+            await self._ends.done(message, domain, "invalid")
+            return None
         # A page counts against max_pages once, on its first try (not again when returned unfetched, nor
         # back from a retry tier); a refresh, never: it was counted when it was new. Only a first try
         # may be a copy queued twice after a Redis loss: a page's own copy back from a tier is not.
         first = (
             attempts == 1 and not message.redelivered and crawl.refresh is None and not parked_before(message)
         )
-        verdict = await self._gate.verdict(url, domain, crawl.crawl, options, rules, first)
-        if verdict.cancelled:
-            return await self._ends.done(message, domain, "cancelled")
-        if verdict.skip is not None:
-            reason, why = verdict.skip
-            pages_log.info("%s %s: skipped, %s", domain, url, why)
-            counts = self._ends.changes(message, crawl, domain, "skipped")
-            return await self._ends.done(
-                message, domain, "skipped", reason=reason, crawl=crawl.crawl, counts=counts
-            )
-        checked = verdict.checked
-        record = PageRecord(
-            url=url,
-            domain=domain,
-            depth=crawl.depth,
-            attempts=attempts,
-            crawl=crawl.crawl,
-            history=rules.history is not None,
+        options = await self._options(crawl.crawl)
+        return Delivery(domain, message, crawl, url, attempts, options, first)
+
+    async def _skipped(self, delivery: Delivery, reason: str, why: str) -> None:
+        """A page not fetched, by policy: counted once as skipped, for `reason`."""
+        domain, message, crawl = delivery.domain, delivery.message, delivery.crawl
+        pages_log.info("%s %s: skipped, %s", domain, delivery.url, why)
+        counts = self._ends.changes(message, crawl, domain, "skipped")
+        await self._ends.done(message, domain, "skipped", reason=reason, crawl=crawl.crawl, counts=counts)
+
+    async def _visit(
+        self, delivery: Delivery, rules: Rules, checked: Checked | None, received: float
+    ) -> Visit | None:
+        """The page visited and its credits charged; None if its delivery ended without: its crawl
+        was cancelled, it came too late to fetch, or its channel closed meanwhile."""
+        domain, message, crawl = delivery.domain, delivery.message, delivery.crawl
+        task = PageTask(
+            delivery.url, domain, crawl.depth, delivery.attempts, crawl.crawl, rules.history is not None
         )
         # Granted at once, the token came in the same atomic step as the cancel check.
         cleared = checked is not None and checked.cleared_now
         try:
-            outcome = await self._visitor.visit(
-                record,
+            visit = await self._visitor.visit(
+                task,
                 rules,
                 self._live.fields(domain),
                 crawl.via,
@@ -160,88 +182,32 @@ class Pipeline:
                 self._live.expectations(domain),
             )
         except Cancelled:
-            return await self._ends.done(message, domain, "cancelled")
-        if outcome.late:
+            await self._ends.done(message, domain, "cancelled")
+            return None
+        if visit.late:
             # Waiting for a rate token used the delivery's time: fetching now could outlive RabbitMQ's
             # consumer_timeout, which would close the channel and have the work done twice.
-            log.info("%s %s: returned unfetched, too late to finish within delivery_timeout", domain, url)
+            log.info(
+                "%s %s: returned unfetched, too late to finish within delivery_timeout", domain, task.url
+            )
             self._metrics.observe_error(domain, "late")
             step("returned (late)", message)
             await message.nack(requeue=True)
-            return
-        outcome = await self._cost.charge(domain, outcome, message)
-        self._metrics.observe_visit(domain, outcome, outcome.record.status_code)
+            return None
+        visit = await self._cost.charge(domain, visit, message)
+        self._metrics.observe_visit(domain, visit, visit.visited.answered.status_code)
         if lost(message):
             # Cut off from the broker while visiting: the broker has the message back and another
             # consumer may have stored the page already. Storing, routing or parking it here would
             # do its work twice, and the ack could not be sent.
-            return self.abandon(domain, message, " while it was fetched")
-        if outcome.disallowed and crawl.refresh is None:
-            # Skipped by policy, like a page past max_pages: no row, counted once as skipped. A
-            # stored page robots.txt now keeps out is stored, for its schedule to say so.
-            pages_log.info("%s %s: skipped, %s", domain, url, DISALLOWED)
-            counts = self._ends.changes(message, crawl, domain, "skipped")
-            return await self._ends.done(
-                message, domain, "skipped", reason=ROBOTS, crawl=crawl.crawl, counts=counts
-            )
-        failure = outcome.failure
-        delay = self._delay(domain, attempts, failure)
-        if failure is not None and delay is not None:
-            self._log("retry", outcome, crawl, attempts, delay=round(delay.seconds, 1))
-            return await self._ends.retried(message, domain, crawl, attempts, delay, failure)
-        settled = settle(outcome, crawl.refresh, rules.recrawl_for(url))
-        made = await short_retries(SinkError, lambda: self._writes.store(settled.record), self._wait)
-        committed = Done("commit", time.monotonic())
-        if made is not None:
-            self._metrics.observe_version(domain, made.kind)
-        announcing = self._announcer and self._announcer.start(message, settled.record, crawl.refresh, made)
-        try:
-            routed = await self._linking.route(domain, url, crawl, options, outcome, settled.route)
-        except BaseException:
-            if announcing:
-                announcing.cancel()
-            raise
-        if announcing and not await announcing:
-            return  # back to the broker, to be announced again
-        if failure is not None and failure.transient:
-            await self._parking.dead(message, domain, attempts, failure)
-        if crawl.refresh is not None:
-            self._metrics.observe_refresh(domain, settled.how)
-        kind: OutcomeKind = "ok" if failure is None else "dead" if failure.transient else "failed"
-        if outcome.disallowed:
-            kind = "skipped"
-        self._log(kind, outcome, crawl, attempts, links=len(outcome.links) if settled.route else 0)
-        counts = self._ends.changes(message, crawl, domain, kind)
-        if counts is not None:
-            if outcome.verdict is not None and crawl.refresh is None:
-                # With its outcome, in the one atomic step: a crawl's coverage is read from its counts.
-                counts.update(outcome.verdict.counts(domain))
-            for r in routed:
-                for d, n in r.by_domain.items():
-                    counts[d, "routed"] = counts.get((d, "routed"), 0) + n
-        confirms = [fp for r in routed for fp in r.unconfirmed]
-        await self._ends.done(
-            message,
-            domain,
-            kind,
-            outcome.record.status_code,
-            reason=ROBOTS,  # a skipped one's: the only skip a visit decides
-            crawl=crawl.crawl,
-            counts=counts,
-            confirms=confirms,
-            done_at=committed,
-        )
+            self.abandon(domain, message, " while it was fetched")
+            return None
+        return visit
 
-    async def _sitemap(
-        self,
-        domain: str,
-        message: AbstractIncomingMessage,
-        crawl: CrawlMessage,
-        url: str,
-        attempts: int,
-        options: CrawlOptions,
-    ) -> None:
+    async def _sitemap(self, delivery: Delivery) -> None:
         """A sitemap task: done (its reading stored, its URLs confirmed), retried, or set aside."""
+        domain, message, crawl, url = delivery.domain, delivery.message, delivery.crawl, delivery.url
+        attempts, options = delivery.attempts, delivery.options
         if self._sitemaps is None or await self._gate.cancelled(crawl.crawl):
             return await self._ends.done(message, domain, "cancelled")
         done = await self._sitemaps.handle(domain, url, crawl, options)
@@ -289,18 +255,3 @@ class Pipeline:
         if crawl is None or self._crawls is None:
             return NO_OPTIONS
         return await self._crawls.options(crawl) or NO_OPTIONS
-
-    def _log(self, kind: str, outcome: Outcome, crawl: CrawlMessage, attempts: int, **fields: Any) -> None:
-        record, failure = outcome.record, outcome.failure
-        logs.outcome(
-            pages_log,
-            kind,
-            url=record.url,
-            domain=record.domain,
-            status=failure.status_code if kind == "retry" and failure else record.status_code,
-            seconds=outcome.fetched.seconds if outcome.fetched else 0.0,
-            attempt=attempts,
-            depth=crawl.depth,
-            error=failure.error if failure else None,
-            **fields,
-        )

@@ -11,14 +11,15 @@ one that answers again is changed (back), whatever its signature.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from crawler.config import Recrawl
 from crawler.frontier.message import Refresh
 from crawler.frontier.recrawl import GONE, Found, schedule
-from crawler.sink.sql import ARCHIVE_COLUMNS, CONTENT_COLUMNS, PageRecord
-from crawler.worker.page import Outcome
+from crawler.sink.sql import ARCHIVE_COLUMNS, CONTENT_COLUMNS
+from crawler.visited import Scheduled
+from crawler.worker.page import Visit
 
 How = Literal["new", "changed", "not_modified", "same_signature", "gone", "failed"]
 """How a fetch found its page, as counted (crawler_refreshes_total counts all but "new")."""
@@ -38,29 +39,30 @@ UNCHANGED = CONTENT | {"status_code", "error"}
 
 @dataclass(frozen=True, slots=True)
 class Settled:
-    """A page's row to store, how its fetch found it, and whether its links are to be routed."""
+    """A page's schedule as its row keeps it, how its fetch found it, and whether its links are routed."""
 
-    record: PageRecord
+    scheduled: Scheduled
     found: Found
     how: How
     route: bool
 
 
-def settle(outcome: Outcome, refresh: Refresh | None, recrawl: Recrawl | None) -> Settled:
-    """The row and schedule of a page after its final answer (`recrawl`: its settings, None if off)."""
-    record, seen = outcome.record, outcome.seen
-    now = record.fetched_at
+def settle(visit: Visit, refresh: Refresh | None, recrawl: Recrawl | None) -> Settled:
+    """The schedule of a page after its final answer (`recrawl`: its settings, None if off)."""
+    visited = visit.visited
+    status, validators = visited.answered.status_code, visited.validators
+    now = visited.task.fetched_at
     if refresh is None:
-        found: Found = "gone" if record.status_code in GONE else "new"
+        found: Found = "gone" if status in GONE else "new"
         how: How = "gone" if found == "gone" else "new"
         keep: frozenset[str] = frozenset()
-    elif seen.not_modified:
+    elif validators.not_modified:
         found, how, keep = "unchanged", "not_modified", UNCHANGED
-    elif record.status_code in GONE:
+    elif status in GONE:
         found, how, keep = "gone", "gone", CONTENT
-    elif outcome.failure is not None:
+    elif visit.failure is not None:
         found, how, keep = "failed", "failed", CONTENT
-    elif refresh.unchanged(seen.signature):
+    elif refresh.unchanged(validators.signature):
         found, how, keep = "unchanged", "same_signature", UNCHANGED
     else:
         found, how, keep = "changed", "changed", frozenset()
@@ -70,15 +72,14 @@ def settle(outcome: Outcome, refresh: Refresh | None, recrawl: Recrawl | None) -
         found,
         refresh.interval if refresh is not None else None,
         refresh.gone if refresh is not None else 0,
-        seen.max_age,
+        validators.max_age,
     )
     old = refresh or Refresh()
     stays = found in ("unchanged", "gone", "failed")  # a 304 may name new validators; else these stay
-    record = replace(
-        record,
-        etag=seen.etag or (old.etag if stays else None),
-        last_modified=seen.last_modified or (old.last_modified if stays else None),
-        signature=seen.signature,
+    scheduled = Scheduled(
+        etag=validators.etag or (old.etag if stays else None),
+        last_modified=validators.last_modified or (old.last_modified if stays else None),
+        signature=validators.signature,
         changed_at=now if found in ("new", "changed") else None,
         found=how,
         fetch_interval=after.interval if after is not None else None,
@@ -87,4 +88,4 @@ def settle(outcome: Outcome, refresh: Refresh | None, recrawl: Recrawl | None) -
         keep=keep,
     )
     # A first fetch routes what it found, failed or not, as ever; a refresh only once it changed.
-    return Settled(record, found, how, route=refresh is None or found == "changed")
+    return Settled(scheduled, found, how, route=refresh is None or found == "changed")

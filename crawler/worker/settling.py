@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,7 +219,9 @@ class Settling:
                 summed = counts.setdefault(ending.crawl, {})
                 for key, n in ending.counts.items():
                     summed[key] = summed.get(key, 0) + n
-        calls = [self._seen.for_crawl(crawl).confirm(fps) for crawl, fps in confirms.items()]
+        calls: list[Awaitable[object]] = [
+            self._seen.for_crawl(crawl).confirm(fps) for crawl, fps in confirms.items()
+        ]
         if self._crawls is not None:
             calls += [self._crawls.count(crawl, changes) for crawl, changes in counts.items()]
         if len(calls) == 1:

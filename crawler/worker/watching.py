@@ -19,7 +19,7 @@ from crawler.monitor.metrics import Metrics
 from crawler.monitor.quality import COVERAGE_EVERY, export_coverage
 from crawler.monitor.sampler import SAMPLE_EVERY, QueueSampler
 from crawler.names import HEARTBEAT_TTL
-from crawler.worker.alongside import background
+from crawler.worker.background import background
 from crawler.worker.consumer import Consumer
 
 log = logging.getLogger(__name__)

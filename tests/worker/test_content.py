@@ -24,8 +24,8 @@ from crawler.monitor.metrics import Metrics
 from crawler.names import Names
 from crawler.parse.extract import compile_fields
 from crawler.sink import sql
-from crawler.sink.sql import PageRecord
 from crawler.sink.tables import CONTENT
+from crawler.visited import PageTask
 from crawler.worker import wiring
 from crawler.worker.content import contents
 from crawler.worker.live import LiveConfig
@@ -35,6 +35,7 @@ from demo.site import Reply, Site, free_port, page, serve
 from tests.support.crawls import run_crawl
 from tests.support.services import settings_for
 from tests.support.sites import IPS
+from tests.support.visits import Observed
 from tests.support.wait import until
 
 ARTICLE = (Path(__file__).parent.parent / "content" / "pages" / "article.html").read_text(encoding="utf-8")
@@ -229,11 +230,13 @@ async def test_a_refresh_finding_the_stored_content_does_not_make_it_again(
     async with contents(config, redis, Names(prefix), metrics, 1) as made:
         visitor = wiring.visitor(LiveConfig(config), redis, Names(prefix), fetchers[-1], content=made)
         for path in ("/article", "/report.pdf"):  # a page signed by its content, a document by its headers
-            record = PageRecord(url=site.url(path), domain=site.host, depth=0, attempts=1)
-            first = await visitor.visit(record, rules, compile_fields(rules.extract), refresh=Refresh())
+            task = PageTask(url=site.url(path), domain=site.host, depth=0, attempts=1)
+            first = Observed(
+                await visitor.visit(task, rules, compile_fields(rules.extract), refresh=Refresh())
+            )
             assert first.record.text is not None and first.seen.signature is not None
             again = Refresh(signature=first.seen.signature)
-            second = await visitor.visit(record, rules, compile_fields(rules.extract), refresh=again)
+            second = Observed(await visitor.visit(task, rules, compile_fields(rules.extract), refresh=again))
             assert second.seen.signature == first.seen.signature and second.record.text is None
     made_count = metrics.registry.get_sample_value(
         "crawler_content_pages_total", {"domain": site.host, "outcome": "made", "reason": ""}

@@ -12,13 +12,14 @@ from crawler.config import CrawlConfig, load_config
 from crawler.fetch.fetcher import BoundedFetcher
 from crawler.names import Names
 from crawler.parse.extract import compile_fields
-from crawler.sink.sql import PageRecord
+from crawler.visited import PageTask
 from crawler.worker import wiring
 from crawler.worker.live import LiveConfig
-from crawler.worker.page import DISALLOWED, Outcome
+from crawler.worker.page import DISALLOWED
 from crawler.worker.wiring import make_fetcher
 from demo.site import Reply, Site, free_port, page, serve
 from tests.support.sites import IPS, write_config
+from tests.support.visits import Observed
 
 TEXT = {"Content-Type": "text/plain"}
 
@@ -40,13 +41,13 @@ def site() -> Iterator[Site]:
 
 async def visit(
     tmp_path: Path, site: Site, redis: Redis, prefix: str, fetchers: list[BoundedFetcher], path: str
-) -> Outcome:
+) -> Observed:
     config: CrawlConfig = load_config(write_config(tmp_path / "d.yaml", [site]))
     fetchers.append(make_fetcher(config))
     visitor = wiring.visitor(LiveConfig(config), redis, Names(prefix), fetchers[-1])
-    record = PageRecord(url=site.url(path), domain="a.test", depth=0, attempts=1)
+    task = PageTask(url=site.url(path), domain="a.test", depth=0, attempts=1)
     rules = config.rules_for("a.test")
-    return await visitor.visit(record, rules, compile_fields(rules.extract))
+    return Observed(await visitor.visit(task, rules, compile_fields(rules.extract)))
 
 
 async def test_a_page_is_fetched_and_extracted(

@@ -17,14 +17,14 @@ from crawler.monitor.metrics import Metrics
 from crawler.names import Names
 from crawler.parse.extract import compile_fields
 from crawler.parse.reading import PARSE_HOOK
-from crawler.sink.sql import PageRecord
+from crawler.visited import PageTask
 from crawler.worker import wiring
 from crawler.worker.live import LiveConfig
-from crawler.worker.page import Outcome
 from crawler.worker.wiring import make_fetcher
 from demo.site import Reply, Site, free_port, page, serve
 from tests.parse import hooks
 from tests.support.sites import IPS, write_config
+from tests.support.visits import Observed
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ async def visit(
     path: str,
     rules: dict[str, Any],
     timeout: float = 10,
-) -> Outcome:
+) -> Observed:
     file = write_config(tmp_path / "d.yaml", [site], timeout=timeout)
     raw = yaml.safe_load(file.read_text())
     raw["domains"]["a.test"] = rules
@@ -57,9 +57,9 @@ async def visit(
     config = load_config(file)
     fetchers.append(make_fetcher(config))
     visitor = wiring.visitor(LiveConfig(config), redis, Names(prefix), fetchers[-1])
-    record = PageRecord(url=site.url(path), domain="a.test", depth=0, attempts=1)
+    task = PageTask(url=site.url(path), domain="a.test", depth=0, attempts=1)
     domain_rules = config.rules_for("a.test")
-    return await visitor.visit(record, domain_rules, compile_fields(domain_rules.extract))
+    return Observed(await visitor.visit(task, domain_rules, compile_fields(domain_rules.extract)))
 
 
 PRICE = {"extract": {"title": "h1", "price": {"css": ".price", "type": "price", "required": True}}}

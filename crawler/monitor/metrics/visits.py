@@ -52,8 +52,8 @@ class _Fetch(Protocol):
     def error(self) -> FetchError | None: ...
 
 
-class Visited(Protocol):
-    """A visit as observe_visit reads it (crawler.worker.page.Outcome: the worker sits above
+class ObservedVisit(Protocol):
+    """A visit as observe_visit reads it (crawler.worker.page.Visit: the worker sits above
     monitoring, which does not import it)."""
 
     @property
@@ -104,7 +104,7 @@ class VisitMetrics:
         if kind is not None:
             self.errors.labels(domain, kind).inc()
 
-    def observe_visit(self, domain: str, visit: Visited, status: int | None) -> None:
+    def observe_visit(self, domain: str, visit: ObservedVisit, status: int | None) -> None:
         """A visit whose answer had HTTP `status`: its wait for a rate token and its fetch, if it got
         that far."""
         fetched = visit.fetched
