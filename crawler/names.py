@@ -61,6 +61,7 @@ GW_DEAD_MOST = 3600.0
 # The logger of each URL's way through the fleet (routed, delivered, acked, parked, returned, dropped),
 # at DEBUG: off unless a worker runs with --trace (a soak's ledger reads it for a URL it cannot find).
 TRACE_LOGGER = "crawler.trace"
+LOG_FIELDS = "fields"  # the LogRecord attribute carrying a log line's structured fields
 # How often a consumer reads the paused domains: a pause or resume takes hold fleet-wide within it.
 PAUSE_POLL = 0.5
 # Seconds a stopping consumer waits for its publishing channel to close: RabbitMQ does not answer on

@@ -28,6 +28,7 @@ from crawler.errors import (
 )
 from crawler.frontier.retry import Failure
 from crawler.frontier.router import Routed
+from crawler.frontier.settling import AckAfter
 from crawler.quality.metrics import CoverageMetrics
 from crawler.sink.sql import PageRecord
 
@@ -91,9 +92,6 @@ class Visited(Protocol):
 
 
 OutcomeKind = Literal["ok", "failed", "dead", "retried", "invalid", "skipped", "cancelled", "sitemap"]
-
-AckAfter = Literal["commit", "retry"]
-"""What an ack delay runs from: the page's row committed, or its retry copy confirmed by the broker."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from crawler.archive.source import ArchiveSource
 from crawler.config import CrawlConfig, with_dedup_mode
 from crawler.errors import ArchiveError, BadURL, ConfigError, NotFound
 from crawler.frontier import dead
+from crawler.frontier.client import Frontier, frontier
 from crawler.frontier.crawls import (
     SERIES_STEPS,
     CrawlOptions,
@@ -182,7 +183,7 @@ class Control:
         self,
         settings: Settings,
         config: CrawlConfig,
-        f: wiring.Frontier,
+        f: Frontier,
         store: CrawlStore,
         history: PageHistory,
         domains: DomainStore | None = None,
@@ -208,14 +209,14 @@ class Control:
         if schema != "none":
             await asyncio.to_thread(migrate if schema == "upgrade" else check_schema, settings.database_url)
         async with AsyncExitStack() as stack:
-            f = await stack.enter_async_context(wiring.frontier(settings, role, config))
+            f = await stack.enter_async_context(frontier(settings, role, config))
             store = CrawlStore(settings.database_url)
             stack.callback(store.close)
             history = PageHistory(settings.database_url)
             stack.callback(history.close)
             domains = DomainStore(settings.database_url)
             stack.callback(domains.close)
-            await wiring.declare_topology(f, settings, config)
+            await f.declare(config)
             yield cls(settings, config, f, store, history, domains)
 
     # Crawls
@@ -231,7 +232,7 @@ class Control:
         # The record first: a crawl that routed anything is never one the database does not know.
         await asyncio.to_thread(self._store.add, record)
         await self._state.publish(crawl, options)
-        await wiring.seed_into(self._f, self.settings, self.config, seeds, new.priority, crawl, options)
+        await self._f.seed(self.config, seeds, new.priority, crawl, options)
         return await self.get_crawl(crawl)
 
     async def list_crawls(self, state: State | None = None) -> list[CrawlView]:

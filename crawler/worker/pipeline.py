@@ -17,12 +17,17 @@ from typing import Any
 from aio_pika.abc import AbstractIncomingMessage
 
 from crawler.errors import BackendHalt, BadURL, Cancelled, InvalidMessage, SinkError
+from crawler.frontier.concurrency import short_retries
 from crawler.frontier.crawls import CrawlOptions, CrawlState
+from crawler.frontier.delivery import lost
 from crawler.frontier.message import CrawlMessage
+from crawler.frontier.parking import Parking, attempts_of, parked_before
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.recovery import Recovery
 from crawler.frontier.retry import Delay, Failure, next_delay
 from crawler.frontier.router import Router
+from crawler.frontier.settling import Done, Settling
+from crawler.frontier.tracing import step
 from crawler.frontier.urls import host_of
 from crawler.monitor import logs
 from crawler.monitor.metrics import Metrics, OutcomeKind
@@ -30,18 +35,14 @@ from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.sql import PageRecord
 from crawler.worker.admission import Admission
 from crawler.worker.announce import Announcer
-from crawler.worker.concurrency import short_retries
 from crawler.worker.cost import Cost
-from crawler.worker.ending import Endings, lost
+from crawler.worker.ending import Endings
 from crawler.worker.gate import Gate
 from crawler.worker.linking import NO_OPTIONS, Linking
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import DISALLOWED, Outcome, Visitor
-from crawler.worker.parking import Parking, attempts_of, parked_before
 from crawler.worker.refresh import settle
-from crawler.worker.settling import Done, Settling
 from crawler.worker.sitemaps import SitemapReading
-from crawler.worker.tracing import step
 
 log = logging.getLogger(__name__)
 pages_log = logging.getLogger("crawler.pages")  # one line per page outcome: verbose
