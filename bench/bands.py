@@ -155,7 +155,7 @@ async def measure(
             specs = domain_queues(names, DOMAIN, config.frontier)
             order.queues = [_queue_info(amqp_url, q.name) for q in specs]
 
-            # As crawler.worker.subscriptions: one channel, each of its consumers with the prefetch.
+            # As crawler.frontier.subscriptions: one channel, each of its consumers with the prefetch.
             # Deliveries wait for the domain's rate in the order they came, so the prefetch stays
             # full, and are fetched in that order.
             consuming = await connection.channel(publisher_confirms=False)
@@ -185,7 +185,7 @@ async def measure(
                 handling.discard(task)
 
             consumers = []
-            for spec in reversed(specs):  # as crawler/worker/subscriptions.py: the first band first
+            for spec in reversed(specs):  # as crawler/frontier/subscriptions.py: the first band first
                 queue = await consuming.declare_queue(spec.name, passive=True)
                 consumers.append((queue, await queue.consume(fetch)))
             with contextlib.suppress(TimeoutError):

@@ -38,6 +38,7 @@ from bench.procs import service_cpu
 from bench.site import SiteSpec
 from bench.tools import crawler_config
 from crawler.config import CrawlConfig, parse_config
+from crawler.frontier.client import frontier
 from crawler.frontier.exchanges import declare, topology
 from crawler.frontier.message import CrawlMessage, persistent
 from crawler.frontier.publisher import Outgoing, Publisher
@@ -46,7 +47,6 @@ from crawler.frontier.router import Router
 from crawler.frontier.urls import fingerprint, host_of
 from crawler.names import MAX_PRIORITY
 from crawler.settings import Settings
-from crawler.worker.wiring import frontier
 
 BATCH = 40  # links per page on the bench site
 PRIORITY = 5  # what the router gives the bench's links (the default domain priority, depth 1)

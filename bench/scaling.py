@@ -60,12 +60,12 @@ from bench.tools import (
 )
 from crawler.config import DedupConfig, parse_config
 from crawler.dedup.store import SeenStore
+from crawler.frontier.client import frontier
 from crawler.frontier.exchanges import declare, topology
 from crawler.frontier.publisher import Publisher
 from crawler.frontier.urls import fingerprint
 from crawler.names import Names
 from crawler.settings import Settings
-from crawler.worker.wiring import frontier
 
 IPS = tuple(f"127.0.0.{71 + i}" for i in range(4))  # apart from bench.run's .31-.34 and bench.many's .41-.44
 PORT = 8111

@@ -36,10 +36,12 @@ from crawler.changes.feed import feed_on
 from crawler.config import CrawlConfig, load_config, with_dedup_mode
 from crawler.dedup.near import NearIndexes
 from crawler.errors import ConfigError, CrawlerError
+from crawler.frontier.client import frontier
+from crawler.frontier.client import reset as reset_frontier
+from crawler.frontier.settling import AckAfter
 from crawler.monitor import logs, readings
 from crawler.monitor.endpoint import METRICS_ADDR
 from crawler.monitor.metrics import DomainStats, Metrics
-from crawler.monitor.metrics.deliveries import AckAfter
 from crawler.monitor.progress import PROGRESS_SAMPLE_EVERY, Progress
 from crawler.monitor.quality import thresholds
 from crawler.monitor.status import render, status, watch
@@ -66,11 +68,7 @@ from crawler.sink.reparsed import ReparseStore, Selection
 from crawler.sink.sitemaps import SitemapRead, SitemapStore
 from crawler.sink.sql import check_schema, migrate
 from crawler.storage import is_object_url
-from crawler.worker import wiring
-from crawler.worker.background import background
-from crawler.worker.consumer import Ending
-from crawler.worker.signals import EXIT_ABORTED
-from crawler.worker.watching import Monitoring
+from crawler.worker import EXIT_ABORTED, Ending, Monitoring, background, wiring
 
 EXIT_OK = 0
 EXIT_BUG = 1
@@ -588,7 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(view.id)
         elif args.command == "crawl":
             if args.fresh:
-                await wiring.reset(settings, config)
+                await reset_frontier(settings, config)
             crawl = None
             if new is not None:
                 view, left = await _crawl_begun(settings, config, new)
@@ -631,7 +629,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             data = await status(settings, config)
             print(json.dumps(data, indent=2) if args.json else render(data))
         elif args.command == "reset":
-            await wiring.reset(settings, config)
+            await reset_frontier(settings, config)
             print("seen URLs forgotten, work queues purged")
         elif args.command == "dead":
             await _dead(settings, config, args)
@@ -764,13 +762,11 @@ async def _reparse(settings: Settings, config: CrawlConfig, args: argparse.Names
     try:
         async with AsyncExitStack() as stack:
             links = None
-            f = await stack.enter_async_context(wiring.frontier(settings, "crawler reparse", config))
+            f = await stack.enter_async_context(frontier(settings, "crawler reparse", config))
             # The versions it makes reach the change feed as a worker's do.
             feed = await stack.enter_async_context(feed_on(f.connection, config, settings.names))
             if not args.no_links:
-                links = await stack.enter_async_context(
-                    links_into(f.connection, f.seen, f.redis, config, settings.names)
-                )
+                links = await stack.enter_async_context(links_into(f, config))
             # Near-duplicates are claimed in the fleet's index, in Redis, as a worker claims them.
             near = NearIndexes(f.redis, settings.names) if config.content else None
             workers = args.workers or os.cpu_count() or 1

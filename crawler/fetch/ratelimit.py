@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
+from crawler.config import Rules
 from crawler.names import BUCKET_KEPT, Names
 
 # A taker may reserve a token due up to this far ahead and sleep until then; beyond it, it waits
@@ -175,6 +176,13 @@ class Budget:
     rate: float
     burst: int
     recovery: float
+
+
+def budget(rules: Rules, crawl_delay: float | None) -> Budget:
+    """The domain's allowance; a robots.txt Crawl-delay caps the rate and allows no burst."""
+    if crawl_delay:
+        return Budget(min(rules.rate, 1 / crawl_delay), 1, rules.backoff_recovery)
+    return Budget(rules.rate, rules.burst, rules.backoff_recovery)
 
 
 @dataclass(frozen=True, slots=True)

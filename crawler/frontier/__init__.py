@@ -1,4 +1,5 @@
-"""The frontier: crawl messages, the exchanges and queues, routing, retries, dead letters and quotas."""
+"""The frontier: every queue operation (crawler.frontier.client is its one client), crawl messages, the
+exchanges and queues, routing, retries, dead letters and quotas."""
 
 from crawler.frontier.exchanges import Topology, declare, topology, work_queues
 from crawler.frontier.message import CrawlMessage

@@ -56,6 +56,10 @@ class Routed:
     by_domain: Counter[str] = field(default_factory=Counter)  # published, per configured domain
     unconfirmed: list[bytes] = field(default_factory=list)  # published, left to the caller to confirm
 
+    def counts(self) -> dict[tuple[str, str], int]:
+        """The published URLs as changes to their crawl's counts, keyed (domain, "routed")."""
+        return {(d, "routed"): n for d, n in self.by_domain.items()}
+
     def dropped(self) -> dict[str, int]:
         """The URLs not routed, by reason (the label of crawler_links_dropped_total)."""
         return {
@@ -130,6 +134,34 @@ class Router:
         claims are left pending for the caller to confirm (`Routed.unconfirmed`), e.g. with others'.
         """
         result = Routed()
+        candidates = self._candidates(urls, depth, base, domains, max_depth, result)
+        candidates = await self._within_quota(candidates, crawl, result)
+        seen = self._seen.for_crawl(crawl)
+        fresh = await seen.claim(list(candidates), claimant)
+        todo = [c for c, new in zip(candidates.values(), fresh, strict=True) if new]
+        result.seen = len(candidates) - len(todo)
+        outcomes = await self._publish(todo, seen, depth, priority, via, crawl, confirm, result)
+        failed = [c for c, o in zip(todo, outcomes, strict=True) if o is not None]
+        if trace.isEnabledFor(logging.DEBUG):
+            for url in result.published:
+                trace.debug("routed %s depth=%d by=%s", url, depth, claimant.hex())
+            for c in failed:
+                trace.debug("not routed %s by=%s: released", c.url, claimant.hex())
+        if failed:
+            first = next(o for o in outcomes if o is not None)
+            raise PublishFailed(f"{len(failed)} of {len(todo)} publishes were not confirmed ({first!r})")
+        return result
+
+    def _candidates(
+        self,
+        urls: Iterable[str],
+        depth: int,
+        base: str | None,
+        domains: Collection[str] | None,
+        max_depth: int | None,
+        result: Routed,
+    ) -> dict[bytes, _Candidate]:
+        """The URLs canonical, in scope, not too deep and no trap, once each; the rest counted in `result`."""
         candidates: dict[bytes, _Candidate] = {}
         dropped = self.config.dropped_params  # a property building a tuple: once per batch
         # A page's links share a few hosts: look each host's domain and rules up once per batch.
@@ -163,20 +195,38 @@ class Router:
             fp = fingerprint(url)
             if fp not in candidates:
                 candidates[fp] = _Candidate(url, host, domain, fp)
+        return candidates
+
+    async def _within_quota(
+        self, candidates: dict[bytes, _Candidate], crawl: str | None, result: Routed
+    ) -> dict[bytes, _Candidate]:
+        """The candidates whose domain's page quota is not full; the others counted in `result`."""
         # Limits of this batch's domains only: a crawl may configure a thousand.
         chosen = {c.domain for c in candidates.values() if c.domain}
         full = await self._quota.full(chosen, {d: self.config.rules_for(d).max_pages for d in chosen}, crawl)
-        if full:
-            kept = {fp: c for fp, c in candidates.items() if c.domain not in full}
-            result.over_quota = len(candidates) - len(kept)
-            candidates = kept
-        seen = self._seen.for_crawl(crawl)
-        fresh = await seen.claim(list(candidates), claimant)
-        todo = [c for c, new in zip(candidates.values(), fresh, strict=True) if new]
-        result.seen = len(candidates) - len(todo)
+        if not full:
+            return candidates
+        kept = {fp: c for fp, c in candidates.items() if c.domain not in full}
+        result.over_quota = len(candidates) - len(kept)
+        return kept
+
+    async def _publish(
+        self,
+        todo: list[_Candidate],
+        seen: SeenStore,
+        depth: int,
+        priority: int | None,
+        via: tuple[str, ...],
+        crawl: str | None,
+        confirm: bool,
+        result: Routed,
+    ) -> list[BaseException | None]:
+        """Publish the claimed candidates and settle their claims: confirmed (or left to the caller in
+        `result.unconfirmed`) if published, released if not; each publish's outcome (None: confirmed)."""
         # Claimed here and not known to be published: released whatever ends this call, a
         # cancellation included, or they would stay claimed with no message to crawl them.
         unsettled = [c.fingerprint for c in todo]
+        outcomes: list[BaseException | None]
         try:
             try:
                 outcomes = await self._publisher.publish(
@@ -184,9 +234,8 @@ class Router:
                 )
             except Exception as exc:  # nothing was sent (e.g. the channel is closed)
                 outcomes = [exc] * len(todo)
-            failed = [c for c, o in zip(todo, outcomes, strict=True) if o is not None]
             done = [c for c, o in zip(todo, outcomes, strict=True) if o is None]
-            unsettled = [c.fingerprint for c in failed]
+            unsettled = [c.fingerprint for c, o in zip(todo, outcomes, strict=True) if o is not None]
             if confirm:
                 await seen.confirm([c.fingerprint for c in done])
             else:
@@ -197,15 +246,7 @@ class Router:
                 await asyncio.shield(seen.release(unsettled))
         result.published = [c.url for c in done]
         result.by_domain.update(c.domain for c in done if c.domain)
-        if trace.isEnabledFor(logging.DEBUG):
-            for c in done:
-                trace.debug("routed %s depth=%d by=%s", c.url, depth, claimant.hex())
-            for c in failed:
-                trace.debug("not routed %s by=%s: released", c.url, claimant.hex())
-        if failed:
-            first = next(o for o in outcomes if o is not None)
-            raise PublishFailed(f"{len(failed)} of {len(todo)} publishes were not confirmed ({first!r})")
-        return result
+        return outcomes
 
     def _owner(self, url: str, host: str) -> tuple[str | None, Rules] | None:
         """The domain and rules of the host of `url`; None if it is out of scope."""

@@ -90,13 +90,10 @@ class Gateway:
             except BaseException:  # a browser that cannot start: nothing is left open
                 await self._relay.close()
                 raise
-        try:  # counted as alive before its first request, so its requests are never taken for lapsed
+        try:  # entered before its first request; a replica never entered counts as alive
             await self.pool.beat()
-        except BaseException:
-            await self._relay.close()
-            if self.renderer is not None:
-                await self.renderer.close()
-            raise
+        except Exception as exc:  # Redis is not there yet: its requests fail until it is, and _beat enters it
+            log.warning("cannot enter this replica in Redis's set of replicas (%s): trying again", exc)
         self._tasks = [
             asyncio.create_task(self._beat()),
             asyncio.create_task(self._watch()),

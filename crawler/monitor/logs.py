@@ -12,12 +12,11 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from crawler.names import TRACE_LOGGER
+from crawler.names import LOG_FIELDS, TRACE_LOGGER
 from crawler.redact import RedactingFormatter, redact
 
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-FIELDS = "fields"  # the LogRecord attribute carrying a line's structured fields
 
 
 class JsonFormatter(logging.Formatter):
@@ -31,7 +30,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": redact(record.getMessage()),
         }
-        fields = getattr(record, FIELDS, None)
+        fields = getattr(record, LOG_FIELDS, None)
         if isinstance(fields, dict):
             for key, value in fields.items():
                 data.setdefault(str(key), redact(value) if isinstance(value, str) else value)
@@ -138,5 +137,5 @@ def outcome(
         seconds,
         attempt,
         tail,
-        extra={FIELDS: fields},
+        extra={LOG_FIELDS: fields},
     )

@@ -16,8 +16,8 @@ from rich.live import Live
 from rich.table import Table
 
 from crawler.monitor import readings
-from crawler.monitor.logs import FIELDS
 from crawler.monitor.metrics import Metrics, Totals
+from crawler.names import LOG_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class Progress:
                 r.rate,
                 r.errors,
                 extra={
-                    FIELDS: {
+                    LOG_FIELDS: {
                         "domain": r.domain,
                         "done": r.done,
                         "queued": r.queued,

@@ -10,8 +10,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
+from crawler.frontier.settling import AckAfter
 from crawler.monitor.metrics import DomainStats, Metrics, Totals
-from crawler.monitor.metrics.deliveries import AckAfter
 from crawler.names import HEARTBEAT_TTL
 
 Tally = dict[str, dict[str, float]]

@@ -61,6 +61,7 @@ DEFAULT_PREFIX = "crawler"
 # The logger of each URL's way through the fleet (routed, delivered, acked, parked, returned, dropped),
 # at DEBUG: off unless a worker runs with --trace (a soak's ledger reads it for a URL it cannot find).
 TRACE_LOGGER = "crawler.trace"
+LOG_FIELDS = "fields"  # the LogRecord attribute carrying a log line's structured fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +124,7 @@ __all__ = [
     "HEADER_TIME",
     "HEADER_WEBHOOK",
     "HEARTBEAT_TTL",
+    "LOG_FIELDS",
     "MAX_PRIORITY",
     "OPEN_FIELD",
     "PAUSE_POLL",

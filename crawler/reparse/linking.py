@@ -9,32 +9,25 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 
-from aio_pika.abc import AbstractConnection
-from redis.asyncio import Redis
-
 from crawler.config import CrawlConfig
-from crawler.connections import publishing_channel
-from crawler.dedup.store import SeenStore
+from crawler.frontier.client import NO_OPTIONS, Frontier
 from crawler.frontier.crawls import CrawlOptions, CrawlState
-from crawler.frontier.exchanges import declare, topology
-from crawler.frontier.quota import PageQuota
 from crawler.frontier.router import PublishFailed, Router
-from crawler.names import Names
 
 PUBLISH_TRIES = 3
 PUBLISH_WAIT = 1.0  # seconds between tries of publishes the broker did not confirm
-NO_OPTIONS = CrawlOptions()
 
 Found = tuple[int, str | None, Sequence[str]]
 """A page's links: their depth (the page's, plus one), its crawl, the URLs."""
 
 
 class Links:
-    """Routes pages' links through `router`; `crawls` says each crawl's limits and takes its counts."""
+    """Routes pages' links through `router` into `frontier`'s crawls: each one's limits, and its counts."""
 
-    def __init__(self, router: Router, crawls: CrawlState) -> None:
+    def __init__(self, frontier: Frontier, router: Router) -> None:
+        self._frontier = frontier
         self._router = router
-        self._crawls = crawls
+        self._crawls = CrawlState(frontier.redis, frontier.names)
 
     async def route(self, found: Iterable[Found], claimant: bytes) -> int:
         """Route the links found, as `claimant` (a resumed run may publish again what it claimed
@@ -50,8 +43,6 @@ class Links:
                     continue
                 options = await self._crawls.options(crawl) or NO_OPTIONS
             by_domain = await self._publish(urls, depth, crawl, options, claimant)
-            if crawl is not None and by_domain:
-                await self._crawls.count(crawl, {(d, "routed"): n for d, n in by_domain.items()})
             routed += sum(by_domain.values())
         return routed
 
@@ -61,13 +52,8 @@ class Links:
         attempt = 1
         while True:
             try:
-                done = await self._router.route(
-                    urls,
-                    depth=depth,
-                    claimant=claimant,
-                    crawl=crawl,
-                    domains=options.domains,
-                    max_depth=options.max_depth,
+                done = await self._frontier.route_into(
+                    self._router, urls, depth=depth, claimant=claimant, crawl=crawl, options=options
                 )
             except PublishFailed:  # its URLs were released: the next try claims them again
                 if attempt >= PUBLISH_TRIES:
@@ -79,19 +65,8 @@ class Links:
 
 
 @asynccontextmanager
-async def links_into(
-    connection: AbstractConnection, seen: SeenStore, redis: Redis, config: CrawlConfig, names: Names
-) -> AsyncIterator[Links]:
-    """Links routed over `connection` (the frontier declared first, as a seed does: a broker that
-    never saw a crawl has no queues yet), with confirms."""
-    channel = await connection.channel()
-    try:
-        await declare(channel, topology(config, names))
-    finally:
-        await channel.close()
-    channel = await publishing_channel(connection)
-    try:
-        exchange = await channel.get_exchange(names.frontier, ensure=False)
-        yield Links(Router(config, exchange, seen, PageQuota(redis, names)), CrawlState(redis, names))
-    finally:
-        await channel.close()
+async def links_into(frontier: Frontier, config: CrawlConfig) -> AsyncIterator[Links]:
+    """Links routed into `frontier` (declared first, as a seed does: a broker that never saw a crawl
+    has no queues yet), with confirms."""
+    async with frontier.router(config) as router:
+        yield Links(frontier, router)

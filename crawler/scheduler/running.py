@@ -6,11 +6,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
-from aio_pika.abc import AbstractRobustConnection
-
 from crawler.config import CrawlConfig
-from crawler.connections import publishing_channel
-from crawler.frontier.exchanges import declare, topology
+from crawler.frontier.client import Connection, publishing
+from crawler.frontier.publisher import Publisher
 from crawler.scheduler.metrics import SchedulerMetrics
 from crawler.scheduler.scheduler import DEFAULT_TIMING, Scheduler, Timing
 from crawler.settings import Settings
@@ -21,29 +19,25 @@ from crawler.sink.schedule import Schedule
 async def scheduling(
     settings: Settings,
     config: Callable[[], CrawlConfig],
-    connection: AbstractRobustConnection,
+    connection: Connection,
     *,
     timing: Timing = DEFAULT_TIMING,
     metrics: SchedulerMetrics | None = None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> AsyncIterator[Scheduler]:
     """A scheduler publishing on `connection` (a channel of its own, with confirms) from the sink."""
-    channel = await publishing_channel(connection)
     schedule = Schedule(settings.database_url)
     try:
-        await declare(channel, topology(config(), settings.names))
-        exchange = await channel.get_exchange(settings.names.frontier, ensure=False)
-        yield Scheduler(
-            config,
-            settings.names,
-            schedule,
-            connection,
-            exchange,
-            timing=timing,
-            metrics=metrics,
-            clock=clock,
-        )
+        async with publishing(connection, config(), settings.names) as p:
+            yield Scheduler(
+                config,
+                settings.names,
+                schedule,
+                connection,
+                Publisher(await p.exchange(settings.names.frontier)),
+                timing=timing,
+                metrics=metrics,
+                clock=clock,
+            )
     finally:
         schedule.close()
-        if not channel.is_closed:
-            await channel.close()

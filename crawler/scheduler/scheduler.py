@@ -19,10 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from aio_pika.abc import AbstractExchange, AbstractRobustChannel, AbstractRobustConnection
-
 from crawler.config import CrawlConfig, Recrawl
-from crawler.frontier.exchanges import domain_queues
+from crawler.frontier.client import Connection
+from crawler.frontier.depths import queued
 from crawler.frontier.publisher import Publisher
 from crawler.frontier.recrawl import refresh_outgoing
 from crawler.frontier.sitemaps import find_task, new_round
@@ -63,8 +62,8 @@ class Scheduler:
         config: Callable[[], CrawlConfig],
         names: Names,
         schedule: Schedule,
-        connection: AbstractRobustConnection,
-        exchange: AbstractExchange,
+        connection: Connection,
+        publisher: Publisher,
         *,
         timing: Timing = DEFAULT_TIMING,
         metrics: SchedulerMetrics | None = None,
@@ -74,7 +73,7 @@ class Scheduler:
         self._names = names
         self._schedule = schedule
         self._connection = connection  # for the queue depths: a passive declare that fails ends its channel
-        self._publisher = Publisher(exchange)
+        self._publisher = publisher
         self._timing = timing
         self._metrics = metrics or SchedulerMetrics()
         self._clock = clock
@@ -89,8 +88,9 @@ class Scheduler:
         """One pass: publish what is due in `domains` (default: those that recrawl), each within its
         room; how many were published per domain."""
         published: dict[str, int] = {}
-        async with self._connection.channel(publisher_confirms=False) as probe:
-            rooms = {d: await self._room(probe, d) for d in domains or self.recrawling()}
+        chosen = list(domains or self.recrawling())
+        depths = await queued(self._connection, self._names, self._config().frontier, chosen)
+        rooms = {d: self._room(d, depths[d]) for d in chosen}
         for domain, room in rooms.items():
             while room > 0:
                 now = self._clock()
@@ -187,15 +187,10 @@ class Scheduler:
         """Per domain of `domains` with pages due now: how many, and since when the oldest."""
         return await asyncio.to_thread(self._schedule.backlog, domains, self._clock())
 
-    async def _room(self, probe: AbstractRobustChannel, domain: str) -> int:
-        """How many more of `domain`'s pages to queue: its rate times `ahead`, less what is queued."""
+    def _room(self, domain: str, queued: int) -> int:
+        """How many more of `domain`'s pages to queue: its rate times `ahead`, less the `queued` ones."""
         rules = self._config().rules_for(domain)
         wanted = math.ceil(rules.rate * self._timing.ahead)
-        # robust=False: a robust channel answers a repeated passive declare from its cache.
-        queued = 0
-        for spec in domain_queues(self._names, domain, self._config().frontier):
-            queue = await probe.declare_queue(spec.name, passive=True, robust=False)
-            queued += queue.declaration_result.message_count or 0
         return max(0, wanted - queued)
 
     async def _publish(self, domain: str, due: Sequence[Due]) -> int:

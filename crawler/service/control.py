@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Literal
 
 from crawler.config import CrawlConfig, with_dedup_mode
+from crawler.frontier.client import Frontier, frontier
 from crawler.frontier.crawls import CrawlState
 from crawler.service.crawls import Crawls
 from crawler.service.dead_letters import DeadLetters
@@ -22,7 +23,6 @@ from crawler.sink.crawls import CrawlStore
 from crawler.sink.domains import DomainStore
 from crawler.sink.history import PageHistory
 from crawler.sink.sql import check_schema, migrate
-from crawler.worker import wiring
 
 Schema = Literal["upgrade", "check", "none"]
 
@@ -34,7 +34,7 @@ class Control:
         self,
         settings: Settings,
         config: CrawlConfig,
-        f: wiring.Frontier,
+        f: Frontier,
         store: CrawlStore,
         history: PageHistory,
         domains: DomainStore | None = None,
@@ -63,12 +63,12 @@ class Control:
         if schema != "none":
             await asyncio.to_thread(migrate if schema == "upgrade" else check_schema, settings.database_url)
         async with AsyncExitStack() as stack:
-            f = await stack.enter_async_context(wiring.frontier(settings, role, config))
+            f = await stack.enter_async_context(frontier(settings, role, config))
             store = CrawlStore(settings.database_url)
             stack.callback(store.close)
             history = PageHistory(settings.database_url)
             stack.callback(history.close)
             domains = DomainStore(settings.database_url)
             stack.callback(domains.close)
-            await wiring.declare_topology(f, settings, config)
+            await f.declare(config)
             yield cls(settings, config, f, store, history, domains)

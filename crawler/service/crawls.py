@@ -12,6 +12,7 @@ from typing import Any
 
 from crawler.config import CrawlConfig
 from crawler.errors import BadURL, NotFound
+from crawler.frontier.client import Frontier
 from crawler.frontier.crawls import SERIES_STEPS, CrawlOptions, CrawlState, Span, kept
 from crawler.monitor.quality import current_quality, quality
 from crawler.quality.report import QualityReport
@@ -92,7 +93,7 @@ class Crawls:
 
     settings: Settings
     config: CrawlConfig
-    frontier: wiring.Frontier
+    frontier: Frontier
     store: CrawlStore
     state: CrawlState
 
@@ -107,7 +108,7 @@ class Crawls:
         # The record first: a crawl that routed anything is never one the database does not know.
         await asyncio.to_thread(self.store.add, record)
         await self.state.publish(crawl, options)
-        await wiring.seed_into(self.frontier, self.settings, self.config, seeds, new.priority, crawl, options)
+        await self.frontier.seed(self.config, seeds, new.priority, crawl, options)
         return await self.get(crawl)
 
     async def listed(self, state: State | None = None) -> list[CrawlView]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from crawler.frontier import dead
+from crawler.frontier.client import Frontier
 from crawler.settings import Settings
-from crawler.worker import wiring
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,7 @@ class DeadLetters:
     """The frontier's dead queue; `domain` and `reason` choose the letters a verb takes."""
 
     settings: Settings
-    frontier: wiring.Frontier
+    frontier: Frontier
 
     async def letters(
         self, domain: str | None = None, reason: str | None = None, limit: int | None = None

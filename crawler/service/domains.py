@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from crawler.config import CrawlConfig
 from crawler.errors import ConfigError, NotFound
+from crawler.frontier.client import Frontier
 from crawler.frontier.crawls import CrawlState
 from crawler.service.health import DomainHealth, domain_health
 from crawler.service.status_reads import StatusReads
@@ -45,7 +46,7 @@ class Domains:
 
     settings: Settings
     config: CrawlConfig
-    frontier: wiring.Frontier
+    frontier: Frontier
     state: CrawlState
     reads: StatusReads
 

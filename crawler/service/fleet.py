@@ -7,12 +7,12 @@ import asyncio
 from dataclasses import dataclass
 
 from crawler.config import CrawlConfig
+from crawler.frontier.client import Frontier
 from crawler.gateway.report import GatewayStatus, gateways
 from crawler.monitor.heartbeat import WorkerStatus, workers
 from crawler.service.status_reads import StatusReads
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlStore
-from crawler.worker import wiring
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ class Fleet:
 
     settings: Settings
     config: CrawlConfig
-    frontier: wiring.Frontier
+    frontier: Frontier
     store: CrawlStore
     reads: StatusReads
 

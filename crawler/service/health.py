@@ -10,11 +10,10 @@ from typing import Literal
 from redis.asyncio import Redis
 
 from crawler.config import CrawlConfig
-from crawler.fetch.ratelimit import Backoff, RateLimiter
+from crawler.fetch.ratelimit import Backoff, RateLimiter, budget
 from crawler.fetch.robots import RobotsState, held
 from crawler.monitor.answers import WINDOW, Recent, recent
 from crawler.names import Names
-from crawler.worker.page import budget
 
 REFUSALS_RISING = 3  # 403s and 429s in the last minute, more than the minute before, that flag a domain
 RobotsSummary = Literal["ok", "none", "unavailable", "unknown"]

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from urllib.parse import quote
 
 import httpx
-from aio_pika.abc import AbstractRobustChannel
 
 from crawler import connections
 from crawler.config import CrawlConfig
 from crawler.errors import ServiceUnavailable
+from crawler.frontier.client import declare_topology
 from crawler.frontier.crawls import CrawlState
-from crawler.frontier.exchanges import declare, topology
 from crawler.frontier.migration import Migration, Moved, QueueInfo, groups
 from crawler.monitor.status import management_url
 from crawler.settings import Settings
@@ -51,15 +51,9 @@ async def migrate_frontier(settings: Settings, config: CrawlConfig, domains: Seq
             if domain not in held_before:  # a domain someone paused stays paused
                 await state.resume(domain)
 
-        async def opened() -> AbstractRobustChannel:
-            return await connections.publishing_channel(connection)
-
+        opened = partial(connections.publishing_channel, connection)
         migration = Migration(opened, config.frontier, inspect, state.pause, resume)
         moved = await migration.run(groups(config, settings.names, domains))
         # Exchanges and anything new in the configuration, as every process declares them.
-        channel = await opened()
-        try:
-            await declare(channel, topology(config, settings.names))
-        finally:
-            await channel.close()
+        await declare_topology(connection, config, settings.names)
         return moved

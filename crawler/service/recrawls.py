@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from crawler.config import CrawlConfig
+from crawler.frontier.client import Frontier
 from crawler.scheduler.running import scheduling
 from crawler.service.domains import configured
 from crawler.settings import Settings
@@ -27,7 +28,7 @@ class Recrawls:
 
     settings: Settings
     config: CrawlConfig
-    frontier: wiring.Frontier
+    frontier: Frontier
 
     async def recrawl(self, domains: Sequence[str] | None = None, every: bool = False) -> RecrawlView:
         """Publish the stored pages due in `domains` (default: those that recrawl), each domain within

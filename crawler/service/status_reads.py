@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 from crawler.config import CrawlConfig
+from crawler.frontier.client import Frontier
 from crawler.monitor.status import status
 from crawler.settings import Settings
-from crawler.worker import wiring
 
 STATUS_FRESH = 1.0  # seconds a read of the fleet's status serves every caller
 
@@ -18,7 +18,7 @@ class StatusReads:
     """The fleet's status, read at most once per STATUS_FRESH seconds: every console open on the API
     polls it, and each read asks the management API, the database and Redis."""
 
-    def __init__(self, settings: Settings, config: CrawlConfig, f: wiring.Frontier) -> None:
+    def __init__(self, settings: Settings, config: CrawlConfig, f: Frontier) -> None:
         self.settings = settings
         self.config = config
         self._f = f

@@ -19,10 +19,10 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from crawler.config import Rules
-from crawler.fetch.ratelimit import TAKE, TAKE_ARGS, RateLimiter
+from crawler.fetch.ratelimit import TAKE, TAKE_ARGS, RateLimiter, budget
 from crawler.fetch.robots import Robots
 from crawler.names import Names
-from crawler.worker.page import Admitted, budget
+from crawler.worker.page import Admitted
 
 # Runs before TAKE and returns early when the page is not to be fetched, so a refused page takes no
 # token. KEYS[1] the bucket (TAKE's), KEYS[2] the cancelled crawls, KEYS[3] the domain's page count,

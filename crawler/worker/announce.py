@@ -6,15 +6,14 @@ import asyncio
 import logging
 from functools import partial
 
-from aio_pika.abc import AbstractIncomingMessage
-
 from crawler.changes.feed import ChangeFeed
 from crawler.errors import FeedError, SinkError
+from crawler.frontier.concurrency import short_retries
+from crawler.frontier.delivery import Delivery
 from crawler.frontier.message import Refresh
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.sql import PageRecord
 from crawler.sink.versions import Version
-from crawler.worker.concurrency import short_retries
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +28,7 @@ class Announcer:
 
     def start(
         self,
-        message: AbstractIncomingMessage,
+        message: Delivery,
         record: PageRecord,
         refresh: Refresh | None,
         made: Version | None,
@@ -41,7 +40,7 @@ class Announcer:
 
     async def announce(
         self,
-        message: AbstractIncomingMessage,
+        message: Delivery,
         record: PageRecord,
         refresh: Refresh | None,
         made: Version | None,

@@ -1,8 +1,8 @@
 """The consumer: subscribes its domain queues and runs each delivery through the pipeline until stopped.
 
-It only ties the parts together and owns their lifecycle: the subscriptions (crawler/worker/
-subscriptions.py), the per-delivery pipeline (pipeline.py), burst mode's drain check (drain.py),
-live configuration (reload.py) and the signals that end the process (signals.py).
+It only ties the parts together and owns their lifecycle: the frontier's subscriptions, settling and
+drain check (crawler/frontier/), the per-delivery pipeline (pipeline.py), live configuration
+(reload.py) and the signals that end the process (signals.py).
 """
 
 from __future__ import annotations
@@ -10,33 +10,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from aio_pika.abc import (
-    AbstractExchange,
-    AbstractIncomingMessage,
-    AbstractRobustChannel,
-    AbstractRobustConnection,
-)
 from redis.asyncio import Redis
 
 from crawler.changes.feed import ChangeFeed
 from crawler.config import CrawlConfig
-from crawler.connections import publishing_channel
 from crawler.dedup.store import SeenStore
 from crawler.errors import BackendHalt
+from crawler.frontier.client import Connection, Frontier, Publishing, publishing
 from crawler.frontier.crawls import CrawlState
-from crawler.frontier.exchanges import declare, topology, work_queues
+from crawler.frontier.delivery import Delivery, lost
+from crawler.frontier.exchanges import work_queues
 from crawler.frontier.publisher import Publisher
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.recovery import Recovery
 from crawler.frontier.router import Router
 from crawler.frontier.sitemaps import SitemapTasks
+from crawler.frontier.tracing import step
 from crawler.monitor import readings
 from crawler.monitor.metrics import DomainStats, Metrics
-from crawler.names import CLOSE_WAIT, Names
 from crawler.sink.crawls import CrawlStore
 from crawler.sink.domains import DomainStore
 from crawler.sink.groupcommit import GroupCommit
@@ -46,19 +40,13 @@ from crawler.worker.admission import Admission
 from crawler.worker.announce import Announcer
 from crawler.worker.backoffs import KeptBackoffs
 from crawler.worker.cost import Cost
-from crawler.worker.delivery_end import lost
-from crawler.worker.drain import Drain
 from crawler.worker.held_domains import Holds
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import Visitor
-from crawler.worker.parking import Parking
 from crawler.worker.pipeline import Pipeline
 from crawler.worker.reload import ConfigWatcher
-from crawler.worker.settling import Settling
 from crawler.worker.signals import drain_on_signals
 from crawler.worker.sitemaps import Listing, SitemapReading
-from crawler.worker.subscriptions import Subscriptions
-from crawler.worker.tracing import step
 from crawler.worker.tuning import DEFAULT_TUNING, Tuning
 
 __all__ = ["Consumer", "DomainStats", "Ending", "Parts"]
@@ -103,8 +91,7 @@ class Consumer:
     def __init__(
         self,
         parts: Parts,
-        names: Names,
-        connection: AbstractRobustConnection,
+        frontier: Frontier,
         domains: Sequence[str] | None,
         *,
         label: str,
@@ -113,16 +100,16 @@ class Consumer:
         grace: float = 30.0,
         config_path: str | None = None,
         metrics: Metrics | None = None,
-        publishing: AbstractRobustConnection | None = None,
-        connect: Callable[[], Awaitable[AbstractRobustConnection]] | None = None,
+        publishing: Connection | None = None,
+        connect: Callable[[], Awaitable[Connection]] | None = None,
         tuning: Tuning = DEFAULT_TUNING,
         more: Callable[[], bool] = lambda: False,
     ) -> None:
         self.parts = parts
         self.live = parts.live
-        self.names = names
-        self.connection = connection
-        self.publishing = publishing or connection  # links, retries and dead letters go out here
+        self.frontier = frontier
+        self.names = frontier.names
+        self.publishing = publishing or frontier.connection  # links, retries and dead letters go out here
         # Without --domains a consumer takes every configured domain, new ones included.
         self._every_domain = domains is None
         self.domains = sorted(self.config.domains) if domains is None else list(domains)
@@ -133,20 +120,18 @@ class Consumer:
         self.metrics = metrics or Metrics()
         self.tuning = tuning
         self._more = more  # burst mode: work still to come from outside the queues (a recrawl)
-        self.subscriptions = Subscriptions(
-            names,
+        self.subscriptions = frontier.subscriptions(
             parts.live.config.frontier,
-            connection,
-            connect,
             self._on_message,
             self._prefetch,
+            connect=connect,
             label=label,
-            tuning=tuning,
+            pacing=tuning,
         )
         self.watcher = ConfigWatcher(config_path, self.apply, tuning.config_poll) if config_path else None
         self._pipeline: Pipeline | None = None  # made in run(): it needs the publishing channel
-        self._settling = Settling(parts.seen, parts.crawls, self.metrics)
-        self._publisher: AbstractRobustChannel | None = None
+        self._settling = frontier.settling(parts.crawls, self.metrics)
+        self._publisher: Publishing | None = None
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -176,18 +161,11 @@ class Consumer:
 
     async def run(self) -> None:
         """Declare the topology, consume until stopped or drained, then return what is in flight."""
-        publisher = await publishing_channel(self.publishing)
-        self._publisher = publisher
-        try:
-            started = time.monotonic()
-            await declare(publisher, topology(self.config, self.names))
-            declared_in = time.monotonic() - started
-            frontier = await publisher.get_exchange(self.names.frontier, ensure=False)
-            retry = await publisher.get_exchange(self.names.retry, ensure=False)
-            dead = await publisher.get_exchange(self.names.dead, ensure=False)
-            changes = await publisher.get_exchange(self.names.changes, ensure=False)
+        async with publishing(self.publishing, self.config, self.names) as publisher:
+            self._publisher = publisher
+            changes = await publisher.exchange(self.names.changes)
             parts = self.parts
-            router = Router(self.config, frontier, parts.seen, parts.quota, scope=self.live.scope)
+            router = await publisher.router(self.config, parts.seen, parts.quota, scope=self.live.scope)
             self._pipeline = Pipeline(
                 self.live,
                 parts.visitor,
@@ -195,7 +173,7 @@ class Consumer:
                 parts.cost,
                 router,
                 parts.writes,
-                Parking(retry, dead, self.label),
+                await publisher.parking(self.label),
                 self.metrics,
                 short_retry_wait=self.tuning.short_retry_wait,
                 settling=self._settling,
@@ -203,13 +181,13 @@ class Consumer:
                 recovery=parts.recovery,
                 admission=parts.admission,
                 announcer=Announcer(ChangeFeed(changes), parts.writes, self.tuning.short_retry_wait),
-                sitemaps=self._sitemaps(router, frontier),
+                sitemaps=await self._sitemaps(router, publisher),
             )
             reload = self.watcher.wake.set if self.watcher else lambda: None
             with drain_on_signals(self.stop, reload, self.grace):
                 # A domain paused before this consumer started is not subscribed until resumed.
                 await self.holds.read_pauses()
-                await self.subscriptions.add(self.holds.active(self.domains), declared_in)
+                await self.subscriptions.add(self.holds.active(self.domains), publisher.declared_in)
                 async with asyncio.TaskGroup() as tasks:
                     watching = tasks.create_task(self.watcher.run()) if self.watcher else None
                     pausing = (
@@ -224,13 +202,12 @@ class Consumer:
                         for task in (watching, pausing):
                             if task is not None:
                                 task.cancel()
-        finally:
-            await self._close(publisher)
 
-    def _sitemaps(self, router: Router, frontier: AbstractExchange) -> SitemapReading | None:
+    async def _sitemaps(self, router: Router, publisher: Publishing) -> SitemapReading | None:
         parts = self.parts
         if parts.redis is None or parts.sitemap_store is None or parts.schedule is None:
             return None
+        frontier = await publisher.exchange(self.names.frontier)
         return SitemapReading(
             self.live,
             parts.visitor,
@@ -239,17 +216,6 @@ class Consumer:
             parts.sitemap_store,
             self.metrics,
         )
-
-    async def _close(self, publisher: AbstractRobustChannel) -> None:
-        # A blocked connection's channel would wait for its close-ok as long as the alarm lasts.
-        try:
-            await asyncio.wait_for(publisher.close(), CLOSE_WAIT)
-        except TimeoutError:
-            log.warning(
-                "the publishing channel did not close within %.0fs (RabbitMQ blocks publishing?): "
-                "closing its connection instead",
-                CLOSE_WAIT,
-            )
 
     def stop(self, sig: signal.Signals | None = None) -> None:
         """Stop taking deliveries (for the signal `sig`, if one); run() returns once in-flight messages
@@ -260,7 +226,7 @@ class Consumer:
     async def apply(self, config: CrawlConfig) -> None:
         """Switch to an edited configuration: priorities, rates, extraction, scope; new domains too."""
         assert self._publisher is not None, "apply() is for a running consumer"
-        await declare(self._publisher, topology(config, self.names))
+        await self._publisher.redeclare(config)
         self.live.swap(config)
         await self.subscriptions.refresh_prefetch([d for d in self.domains if d in config.domains])
         added = sorted(set(config.domains) - set(self.domains)) if self._every_domain else []
@@ -269,7 +235,7 @@ class Consumer:
             await self.subscriptions.add(self.holds.active(added))
         log.info("configuration reloaded%s", f"; new domains: {', '.join(added)}" if added else "")
 
-    async def _on_message(self, domain: str, message: AbstractIncomingMessage) -> None:
+    async def _on_message(self, domain: str, message: Delivery) -> None:
         assert self._pipeline is not None
         self._settling.delivered(message)
         step("delivered", message)
@@ -317,8 +283,7 @@ class Consumer:
         def working() -> list[str]:
             return [d for d in self.domains if d in self.holds.resting or d in self.holds.active([d])]
 
-        drain = Drain(
-            self.connection,
+        drain = self.frontier.drain(
             lambda: work_queues(self.config, self.names, working()),
             lambda: len(self.config.retry_tiers),
             self.tuning,

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from aio_pika.abc import AbstractIncomingMessage
 from redis.asyncio import Redis
 
 from crawler.config import Rules
+from crawler.frontier.delivery import Delivery
 from crawler.frontier.quota import CreditQuota
 from crawler.monitor.metrics import Metrics
 from crawler.names import HEADER_CREDITS, Names
@@ -30,7 +30,7 @@ class Cost:
         """False once the domain has spent its max_credits: the page is skipped, like max_pages."""
         return await self.quota.allows(domain, rules.max_credits)
 
-    async def charge(self, domain: str, visit: Visit, message: AbstractIncomingMessage) -> Visit:
+    async def charge(self, domain: str, visit: Visit, message: Delivery) -> Visit:
         """Count the visit's credits; the visit's answer carries the page's credits over all attempts.
 
         The running total is written into `message.headers`, which a retry or dead letter copies.
@@ -50,7 +50,7 @@ class Cost:
         return replace(visit, visited=replace(visited, answered=answered))
 
 
-def carried(message: AbstractIncomingMessage) -> float:
+def carried(message: Delivery) -> float:
     """Credits the page's earlier attempts were charged, from the message's headers."""
     value = (message.headers or {}).get(HEADER_CREDITS, 0)
     return float(value) if isinstance(value, int | float) and value >= 0 else 0.0

@@ -7,19 +7,17 @@ import logging
 import time
 from collections.abc import Sequence
 
-from aio_pika.abc import AbstractIncomingMessage
-from aio_pika.exceptions import ChannelInvalidStateError
-
 from crawler.errors import InvalidMessage
 from crawler.frontier.crawls import CrawlState
+from crawler.frontier.delivery import Delivery, lost
 from crawler.frontier.message import CrawlMessage
+from crawler.frontier.parking import Parking, attempts_of, parked_before
 from crawler.frontier.retry import Delay, Failure
+from crawler.frontier.settling import Counts, Done, Settling
+from crawler.frontier.tracing import step, url_of
 from crawler.monitor.metrics import Metrics
 from crawler.monitor.metrics.visits import OutcomeKind
 from crawler.worker.live import LiveConfig
-from crawler.worker.parking import Parking, attempts_of, parked_before
-from crawler.worker.settling import Counts, Done, Settling
-from crawler.worker.tracing import step, url_of
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +40,7 @@ class Endings:
         self._crawls = crawls  # None: crawls are not counted (tests)
 
     def changes(
-        self, message: AbstractIncomingMessage, crawl: CrawlMessage, domain: str, kind: OutcomeKind
+        self, message: Delivery, crawl: CrawlMessage, domain: str, kind: OutcomeKind
     ) -> dict[tuple[str, str], int] | None:
         """An outcome's changes to its crawl's counts; one back from a retry tier is no longer waiting.
 
@@ -61,7 +59,7 @@ class Endings:
 
     async def done(
         self,
-        message: AbstractIncomingMessage,
+        message: Delivery,
         domain: str,
         kind: OutcomeKind,
         status: int | None = None,
@@ -81,7 +79,7 @@ class Endings:
 
     async def retried(
         self,
-        message: AbstractIncomingMessage,
+        message: Delivery,
         domain: str,
         crawl: CrawlMessage,
         attempts: int,
@@ -95,7 +93,7 @@ class Endings:
         counts = self.changes(message, crawl, domain, "retried")
         await self.done(message, domain, "retried", crawl=crawl.crawl, counts=counts, done_at=parked)
 
-    async def park_or_return(self, message: AbstractIncomingMessage, domain: str, failure: Failure) -> bool:
+    async def park_or_return(self, message: Delivery, domain: str, failure: Failure) -> bool:
         """Park the message in the longest tier (True), or leave it to the broker (False)."""
         # Our own trouble, not the site's: wait the longest delay, however often it happens.
         tier = self._live.rules(domain).retry_delays[-1]
@@ -112,7 +110,7 @@ class Endings:
                 log.debug("%s: nack failed too (%r)", domain, nack_failed)
             return False
 
-    def abandon(self, domain: str, message: AbstractIncomingMessage, how: str) -> None:
+    def abandon(self, domain: str, message: Delivery, how: str) -> None:
         """Leave a delivery whose channel closed to the broker, which delivers it again."""
         self._metrics.observe_error(domain, "lost")
         step("dropped (channel closed)", message)
@@ -124,15 +122,7 @@ class Endings:
         )
 
 
-def lost(message: AbstractIncomingMessage) -> bool:
-    """Whether the channel `message` came on has closed: the broker has it back, unacked."""
-    try:
-        return message.channel.is_closed
-    except ChannelInvalidStateError:  # aio-pika's answer for a closed channel
-        return True
-
-
-def _message_of(message: AbstractIncomingMessage) -> CrawlMessage:
+def _message_of(message: Delivery) -> CrawlMessage:
     """The crawl message of a delivery; one that cannot be read stands for none (no crawl, no refresh)."""
     try:
         return CrawlMessage.decode(message.body)

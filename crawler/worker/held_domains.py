@@ -7,12 +7,11 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from aio_pika.abc import AbstractIncomingMessage
-
 from crawler.errors import BackendBudgetExhausted, BackendHalt
 from crawler.frontier.crawls import CrawlState
+from crawler.frontier.delivery import Delivery
+from crawler.frontier.subscriptions import Subscriptions
 from crawler.names import PAUSE_POLL
-from crawler.worker.subscriptions import Subscriptions
 
 log = logging.getLogger("crawler.worker.consumer")
 
@@ -45,7 +44,7 @@ class Holds:
         """Of `domains`, those neither paused fleet-wide nor halted by the fetch service."""
         return [d for d in domains if d not in self.paused and d not in self.halted]
 
-    async def halt(self, domain: str, message: AbstractIncomingMessage, exc: BackendHalt) -> None:
+    async def halt(self, domain: str, message: Delivery, exc: BackendHalt) -> None:
         """The fetch service refuses the domain: its message goes back, its queue is held.
 
         Nothing is set aside: the pages are fine, the key or the budget is not. A paused domain

@@ -7,7 +7,10 @@ import time
 
 from crawler.config import Rules
 from crawler.errors import SinkError
+from crawler.frontier.concurrency import short_retries
+from crawler.frontier.parking import Parking
 from crawler.frontier.router import Routed
+from crawler.frontier.settling import Done
 from crawler.monitor.metrics import Metrics
 from crawler.monitor.metrics.visits import OutcomeKind
 from crawler.sink.groupcommit import GroupCommit
@@ -15,14 +18,11 @@ from crawler.sink.sql import PageRecord
 from crawler.sink.versions import Version
 from crawler.sink.visits import row_of
 from crawler.worker.announce import Announcer
-from crawler.worker.concurrency import short_retries
-from crawler.worker.delivery import ROBOTS, Delivery
 from crawler.worker.delivery_end import Endings
+from crawler.worker.handling import ROBOTS, Handling
 from crawler.worker.linking import Linking
 from crawler.worker.page import Visit
-from crawler.worker.parking import Parking
 from crawler.worker.refresh import Settled, settle
-from crawler.worker.settling import Done
 
 
 def kind_of(visit: Visit) -> OutcomeKind:
@@ -55,7 +55,7 @@ class Keeping:
         self._metrics = metrics
         self._wait = short_retry_wait
 
-    async def keep(self, delivery: Delivery, rules: Rules, visit: Visit) -> None:
+    async def keep(self, delivery: Handling, rules: Rules, visit: Visit) -> None:
         """Store the page's row, announce its version and route its links; then ack it, counted."""
         domain, message, crawl = delivery.domain, delivery.message, delivery.crawl
         settled = settle(visit, crawl.refresh, rules.recrawl_for(delivery.url))
@@ -87,7 +87,7 @@ class Keeping:
         )
 
     async def _announced_and_routed(
-        self, delivery: Delivery, visit: Visit, settled: Settled, row: PageRecord, made: Version | None
+        self, delivery: Handling, visit: Visit, settled: Settled, row: PageRecord, made: Version | None
     ) -> list[Routed] | None:
         """Route the page's links while its new version is announced; None if the announcement failed
         and the delivery went back to the broker."""
@@ -106,7 +106,7 @@ class Keeping:
         return routed
 
     def _counts(
-        self, delivery: Delivery, kind: OutcomeKind, visit: Visit, routed: list[Routed]
+        self, delivery: Handling, kind: OutcomeKind, visit: Visit, routed: list[Routed]
     ) -> dict[tuple[str, str], int] | None:
         """The page's changes to its crawl's counts: its outcome, its data's checks, its links routed."""
         domain, crawl = delivery.domain, delivery.crawl

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from crawler.frontier.concurrency import short_retries
 from crawler.frontier.crawls import CrawlOptions
 from crawler.frontier.message import CrawlMessage
 from crawler.frontier.router import PublishFailed, Routed, Router
 from crawler.frontier.urls import fingerprint
 from crawler.monitor.metrics import Metrics
-from crawler.worker.concurrency import short_retries
 from crawler.worker.page import Visit, hop_id
 
 NO_OPTIONS = CrawlOptions()

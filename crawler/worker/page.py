@@ -15,7 +15,7 @@ from crawler.archive import Archived
 from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, Cancelled, FetchError, Refused, TooManyRedirects
 from crawler.fetch.fetcher import Fetcher, Response, conditional_headers
-from crawler.fetch.ratelimit import Budget, RateLimiter, Taken
+from crawler.fetch.ratelimit import RateLimiter, Taken, budget
 from crawler.fetch.robots import Robots
 from crawler.fetch.robots import Verdict as RobotsVerdict
 from crawler.frontier import recrawl
@@ -178,13 +178,6 @@ def _redirected(got: _Answer, scope: Scope, location: str, rules: Rules, via: Se
 def hop_id(url: str) -> str:
     """How a redirect chain (`CrawlMessage.via`) names a canonical URL."""
     return fingerprint(url).hex()
-
-
-def budget(rules: Rules, crawl_delay: float | None) -> Budget:
-    """The domain's allowance; a robots.txt Crawl-delay caps the rate and allows no burst."""
-    if crawl_delay:
-        return Budget(min(rules.rate, 1 / crawl_delay), 1, rules.backoff_recovery)
-    return Budget(rules.rate, rules.burst, rules.backoff_recovery)
 
 
 class Visitor:

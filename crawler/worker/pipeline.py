@@ -13,16 +13,18 @@ from __future__ import annotations
 import logging
 import time
 
-from aio_pika.abc import AbstractIncomingMessage
-
 from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, Cancelled, InvalidMessage
 from crawler.frontier.crawls import CrawlOptions, CrawlState
+from crawler.frontier.delivery import Delivery, lost
 from crawler.frontier.message import CrawlMessage
+from crawler.frontier.parking import Parking, attempts_of, parked_before
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.recovery import Recovery
 from crawler.frontier.retry import Delay, Failure, next_delay
 from crawler.frontier.router import Router
+from crawler.frontier.settling import Done, Settling
+from crawler.frontier.tracing import step
 from crawler.frontier.urls import host_of
 from crawler.monitor.metrics import Metrics
 from crawler.sink.groupcommit import GroupCommit
@@ -30,17 +32,14 @@ from crawler.visited import PageTask
 from crawler.worker.admission import Admission, Checked
 from crawler.worker.announce import Announcer
 from crawler.worker.cost import Cost
-from crawler.worker.delivery import ROBOTS, Delivery, pages_log
-from crawler.worker.delivery_end import Endings, lost
+from crawler.worker.delivery_end import Endings
 from crawler.worker.gate import Gate
+from crawler.worker.handling import ROBOTS, Handling, pages_log
 from crawler.worker.keeping import Keeping
 from crawler.worker.linking import NO_OPTIONS, Linking
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import DISALLOWED, Visit, Visitor
-from crawler.worker.parking import Parking, attempts_of, parked_before
-from crawler.worker.settling import Done, Settling
 from crawler.worker.sitemaps import SitemapReading
-from crawler.worker.tracing import step
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +80,7 @@ class Pipeline:
         linking = Linking(router, metrics, short_retry_wait)
         self._keeping = Keeping(writes, announcer, linking, parking, self._ends, metrics, short_retry_wait)
 
-    async def handle(self, domain: str, message: AbstractIncomingMessage) -> None:
+    async def handle(self, domain: str, message: Delivery) -> None:
         """Bring one delivery to its outcome and ack it (or leave it to the broker to deliver again)."""
         received = time.monotonic()  # the broker's delivery timeout runs from about now
         try:
@@ -97,11 +96,11 @@ class Pipeline:
             self._metrics.observe_error(domain, "internal")
             await self._ends.park_or_return(message, domain, Failure("transient", f"{exc}"))
 
-    def abandon(self, domain: str, message: AbstractIncomingMessage, how: str) -> None:
+    def abandon(self, domain: str, message: Delivery, how: str) -> None:
         """Leave a delivery whose channel closed to the broker, which delivers it again."""
         self._ends.abandon(domain, message, how)
 
-    async def _process(self, domain: str, message: AbstractIncomingMessage, received: float) -> None:
+    async def _process(self, domain: str, message: Delivery, received: float) -> None:
         if lost(message):  # prefetched before the connection dropped: not worth a fetch
             return self.abandon(domain, message, " before its work began")
         delivery = await self._delivery(domain, message)
@@ -132,7 +131,7 @@ class Pipeline:
             return await self._ends.retried(message, domain, crawl, delivery.attempts, delay, failure)
         await self._keeping.keep(delivery, rules, visit)
 
-    async def _delivery(self, domain: str, message: AbstractIncomingMessage) -> Delivery | None:
+    async def _delivery(self, domain: str, message: Delivery) -> Handling | None:
         """The delivery's page and its crawl's options; None if the message was set aside as invalid."""
         attempts = attempts_of(message) + 1
         try:
@@ -149,9 +148,9 @@ class Pipeline:
             attempts == 1 and not message.redelivered and crawl.refresh is None and not parked_before(message)
         )
         options = await self._options(crawl.crawl)
-        return Delivery(domain, message, crawl, url, attempts, options, first)
+        return Handling(domain, message, crawl, url, attempts, options, first)
 
-    async def _skipped(self, delivery: Delivery, reason: str, why: str) -> None:
+    async def _skipped(self, delivery: Handling, reason: str, why: str) -> None:
         """A page not fetched, by policy: counted once as skipped, for `reason`."""
         domain, message, crawl = delivery.domain, delivery.message, delivery.crawl
         pages_log.info("%s %s: skipped, %s", domain, delivery.url, why)
@@ -159,7 +158,7 @@ class Pipeline:
         await self._ends.done(message, domain, "skipped", reason=reason, crawl=crawl.crawl, counts=counts)
 
     async def _visit(
-        self, delivery: Delivery, rules: Rules, checked: Checked | None, received: float
+        self, delivery: Handling, rules: Rules, checked: Checked | None, received: float
     ) -> Visit | None:
         """The page visited and its credits charged; None if its delivery ended without: its crawl
         was cancelled, it came too late to fetch, or its channel closed meanwhile."""
@@ -204,7 +203,7 @@ class Pipeline:
             return None
         return visit
 
-    async def _sitemap(self, delivery: Delivery) -> None:
+    async def _sitemap(self, delivery: Handling) -> None:
         """A sitemap task: done (its reading stored, its URLs confirmed), retried, or set aside."""
         domain, message, crawl, url = delivery.domain, delivery.message, delivery.crawl, delivery.url
         attempts, options = delivery.attempts, delivery.options
@@ -230,7 +229,7 @@ class Pipeline:
                 counts[key] = counts.get(key, 0) + n
         await self._ends.done(message, domain, "sitemap", crawl=crawl.crawl, counts=counts, done_at=finished)
 
-    def _read(self, domain: str, message: AbstractIncomingMessage) -> tuple[CrawlMessage, str]:
+    def _read(self, domain: str, message: Delivery) -> tuple[CrawlMessage, str]:
         """The message and its canonical URL; InvalidMessage or BadURL if it cannot be crawled here."""
         crawl = CrawlMessage.decode(message.body)
         url = self._live.scope.canonical(crawl.url)

@@ -60,7 +60,7 @@ async def monitored(
             ttl=monitoring.heartbeat_ttl,
         )
         sampler = QueueSampler(
-            consumer.connection,
+            consumer.frontier.connection,
             consumer.names,
             lambda: consumer.config,
             lambda: consumer.domains,

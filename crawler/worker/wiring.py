@@ -3,31 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
-from aio_pika.abc import AbstractExchange, AbstractRobustConnection
 from redis.asyncio import Redis
 
 from crawler import connections
 from crawler.archive import Archive
 from crawler.config import CrawlConfig, with_dedup_mode
-from crawler.dedup.store import SeenStore
 from crawler.errors import BadURL, ConfigError
 from crawler.fetch.aio import AiohttpFetcher
 from crawler.fetch.api import ApiEndpoint, ApiFetcher, RoutingFetcher
 from crawler.fetch.fetcher import BoundedFetcher, Fetcher, HttpFetcher, request_headers
 from crawler.fetch.ratelimit import RateLimiter
-from crawler.fetch.robots import Robots, origin_of
+from crawler.fetch.robots import Robots
+from crawler.frontier.client import Connection, Frontier, frontier
 from crawler.frontier.crawls import CrawlOptions, CrawlState
-from crawler.frontier.exchanges import declare, topology, work_queues
-from crawler.frontier.publisher import Publisher
 from crawler.frontier.quota import PageQuota
-from crawler.frontier.recovery import Recovery
-from crawler.frontier.router import PublishFailed, Routed, Router
-from crawler.frontier.sitemaps import find_task, new_round
+from crawler.frontier.router import Routed
 from crawler.frontier.urls import canonicalise, host_of
 from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import Names
@@ -50,18 +44,6 @@ from crawler.worker.page import Visitor
 from crawler.worker.tuning import DEFAULT_TUNING, Tuning
 from crawler.worker.watching import Monitoring, monitored
 
-SEED_CLAIMANT = b"seed"
-
-
-@dataclass(frozen=True, slots=True)
-class Frontier:
-    """The broker and dedup store of one crawl."""
-
-    connection: AbstractRobustConnection
-    redis: Redis
-    seen: SeenStore
-    recovery: Recovery  # rebuilds the dedup store from the sink if Redis loses it
-
 
 @dataclass(frozen=True, slots=True)
 class Consumed:
@@ -69,35 +51,6 @@ class Consumed:
 
     stats: dict[str, DomainStats]
     ending: Ending
-
-
-@asynccontextmanager
-async def frontier(
-    settings: Settings, role: str, config: CrawlConfig | None = None
-) -> AsyncIterator[Frontier]:
-    """Connect to RabbitMQ and Redis; the dedup store is laid out as `config` says (default: plain).
-
-    A dedup store Redis lost is rebuilt from the pages in the database.
-    """
-    async with AsyncExitStack() as stack:
-        connection = await stack.enter_async_context(connections.broker(settings.amqp_url, role))
-        redis = await stack.enter_async_context(connections.redis(settings.redis_url))
-        dedup = config.dedup if config is not None else None
-        recovery = Recovery(redis, settings.names, settings.database_url)
-        stack.callback(recovery.close)
-        yield Frontier(connection, redis, SeenStore(redis, settings.names, dedup, recovery), recovery)
-
-
-@asynccontextmanager
-async def routing(settings: Settings, config: CrawlConfig, role: str) -> AsyncIterator[Router]:
-    """A router into the frontier, publishing with confirms, for a program that finds URLs itself."""
-    async with frontier(settings, role, config) as f:
-        channel = await connections.publishing_channel(f.connection)
-        try:
-            exchange = await channel.get_exchange(settings.names.frontier, ensure=False)
-            yield Router(config, exchange, f.seen, PageQuota(f.redis, settings.names))
-        finally:
-            await channel.close()
 
 
 def make_fetcher(config: CrawlConfig) -> BoundedFetcher:
@@ -243,83 +196,7 @@ async def seed(
     seeds = check_seeds(config, urls)
     config = with_dedup_mode(config, settings.dedup)
     async with frontier(settings, "crawler seed", config) as f:
-        return await seed_into(f, settings, config, seeds, priority, crawl, options)
-
-
-async def declare_topology(f: Frontier, settings: Settings, config: CrawlConfig) -> None:
-    """Declare every exchange and queue of the crawl."""
-    channel = await f.connection.channel()
-    try:
-        await declare(channel, topology(config, settings.names))
-    finally:
-        await channel.close()
-
-
-async def seed_into(
-    f: Frontier,
-    settings: Settings,
-    config: CrawlConfig,
-    seeds: Sequence[str],
-    priority: int | None,
-    crawl: str | None = None,
-    options: CrawlOptions | None = None,
-) -> Routed:
-    """Route canonical seeds over an open frontier, counted in their crawl's counts if they have one."""
-    await declare_topology(f, settings, config)
-    options = options or CrawlOptions()
-    channel = await connections.publishing_channel(f.connection)
-    try:
-        exchange = await channel.get_exchange(settings.names.frontier, ensure=False)
-        router = Router(config, exchange, f.seen, PageQuota(f.redis, settings.names))
-        routed = await router.route(
-            seeds,
-            depth=0,
-            claimant=SEED_CLAIMANT,
-            priority=priority,
-            crawl=crawl,
-            domains=options.domains,
-            max_depth=options.max_depth,
-        )
-        state = CrawlState(f.redis, settings.names) if crawl is not None else None
-        tasks = await _find_sitemaps(exchange, config, seeds, crawl, options, state)
-    finally:
-        await channel.close()
-    if crawl is not None and (routed.by_domain or tasks):
-        counts = {(d, "routed"): n for d, n in routed.by_domain.items()}
-        counts.update({(d, "sitemaps_queued"): n for d, n in tasks.items()})
-        await CrawlState(f.redis, settings.names).count(crawl, counts)
-    return routed
-
-
-async def _find_sitemaps(
-    exchange: AbstractExchange,
-    config: CrawlConfig,
-    seeds: Sequence[str],
-    crawl: str | None,
-    options: CrawlOptions,
-    state: CrawlState | None,
-) -> Counter[str]:
-    """Begin a round of reading the sitemaps of the seeds' origins, in the domains that read them;
-    the find tasks published, per domain (opened first in the crawl's counts, with `state`)."""
-    origins: dict[str, str] = {}
-    for seed in seeds:
-        domain = config.domain_of(host_of(seed))
-        if domain is None or (options.domains is not None and domain not in options.domains):
-            continue
-        if config.rules_for(domain).sitemaps is not False:
-            origins.setdefault(origin_of(seed), domain)
-    if not origins:
-        return Counter()
-    round_ = new_round()
-    if state is not None and crawl is not None:
-        await state.open(crawl, len(origins))
-    outcomes = await Publisher(exchange).publish([find_task(o, round_, crawl) for o in origins])
-    failed = [o for o, outcome in zip(origins, outcomes, strict=True) if outcome is not None]
-    if failed and state is not None and crawl is not None:
-        await state.open(crawl, -len(failed))
-    if failed:
-        raise PublishFailed(f"{len(failed)} of {len(origins)} sitemap tasks were not confirmed")
-    return Counter(origins.values())
+        return await f.seed(config, seeds, priority, crawl, options)
 
 
 async def consume(
@@ -365,7 +242,7 @@ async def consume(
         if isinstance(fetcher, RoutingFetcher) and fetcher.api is not None:
             await fetcher.api.check_renders(config)
 
-        async def connect() -> AbstractRobustConnection:
+        async def connect() -> Connection:
             # More domains than one connection's channels: another connection, closed with the rest.
             return await stack.enter_async_context(connections.broker(settings.amqp_url, role))
 
@@ -393,8 +270,7 @@ async def consume(
                 stack.callback(closing.close)
         consumer = Consumer(
             made,
-            settings.names,
-            f.connection,
+            f,
             chosen if domains else None,
             label=connections.process_label(role),
             prefetch=prefetch,
@@ -425,39 +301,10 @@ async def consume(
                 )
             )
         if canonical_seeds:
-            await seed_into(f, settings, config, canonical_seeds, None)
+            await f.seed(config, canonical_seeds, None)
         await consumer.run()
         ending = consumer.ending()
         if burst and crawl is not None and made.crawls is not None:
             # Drained, its work is over whatever its counts say; stopped or halted, it is not.
             await made.crawls.end(crawl, "interrupted" if ending.stopped or ending.halted else "finished")
         return Consumed(consumer.summary(), ending)
-
-
-async def reset(settings: Settings, config: CrawlConfig) -> None:
-    """Forget what was seen and purge the work queues, so the next seeds start a fresh crawl; the
-    crawls still running are marked interrupted first, with their counts (which go with the rest)."""
-    await asyncio.to_thread(migrate, settings.database_url)
-    async with frontier(settings, "crawler reset") as f:
-        records = CrawlStore(settings.database_url)
-        try:
-            crawls = CrawlState(f.redis, settings.names, records=records)
-            for record in await asyncio.to_thread(records.list, "running"):
-                await crawls.end(record.id, "interrupted")
-        finally:
-            records.close()
-        await declare_topology(f, settings, config)
-        channel = await f.connection.channel()
-        try:
-            for name in work_queues(config, settings.names, sorted(config.domains)):
-                queue = await channel.get_queue(name, ensure=False)
-                await queue.purge()
-        finally:
-            await channel.close()
-        for pattern in settings.names.progress_patterns:
-            # The compact dedup store alone has a key per ~256 URLs: scan and delete in big steps.
-            keys = [key async for key in f.redis.scan_iter(match=pattern, count=1000)]
-            for i in range(0, len(keys), 1000):
-                await f.redis.delete(*keys[i : i + 1000])
-        # The default crawl's store, empty on purpose: its pages stored before are not rebuilt into it.
-        await f.seen.forgotten()

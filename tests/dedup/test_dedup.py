@@ -17,10 +17,10 @@ from crawler.dedup.store import (
     compact_buckets,
 )
 from crawler.errors import ConfigError
+from crawler.frontier.client import reset
 from crawler.frontier.urls import fingerprint
 from crawler.names import Names
 from crawler.settings import Settings
-from crawler.worker import wiring
 from tests.support.services import REDIS_URL
 
 MODES = ("plain", "compact", "bloom")
@@ -238,7 +238,7 @@ async def test_crawler_reset_forgets_the_store(redis: Redis, prefix: str, amqp_u
     assert all(await seen.claim(batch, b"p"))
     await seen.confirm(batch[:200])
     assert await keys(redis, prefix)
-    await wiring.reset(Settings(amqp_url=amqp_url, redis_url=REDIS_URL, prefix=prefix), config)
+    await reset(Settings(amqp_url=amqp_url, redis_url=REDIS_URL, prefix=prefix), config)
     # Only a mark that the default crawl's store was emptied on purpose (so it is not rebuilt).
     assert await keys(redis, prefix) == [Names(prefix).seen_meta_key]
     assert await redis.hkeys(Names(prefix).seen_meta_key) == [b"reset"]

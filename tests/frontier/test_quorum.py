@@ -13,6 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from crawler.config import load_config
+from crawler.frontier.client import routing
 from crawler.frontier.dead import DeadLetter
 from crawler.frontier.exchanges import declare, topology
 from crawler.frontier.message import CrawlMessage
@@ -62,7 +63,7 @@ async def test_a_quorum_frontier_is_replicated_dead_letters_at_least_once_and_pu
     assert "x-max-priority" not in args  # RabbitMQ 3.10 refuses it on a quorum queue
     # The seed (priority 9) waits in the first band; a depth-1 link (priority 5) in the domain's queue.
     assert (await depth(settings, first), await depth(settings, main)) == (1, 0)
-    async with wiring.routing(settings, config, "test") as router:
+    async with routing(settings, config, "test") as router:
         routed = await router.route([sites[0].url("/product/1")], depth=1, claimant=b"test")
     assert len(routed.published) == 1
     assert (await depth(settings, first), await depth(settings, main)) == (1, 1)

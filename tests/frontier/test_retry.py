@@ -13,6 +13,7 @@ from bench.node import Node
 from crawler import names as hdr
 from crawler.config import load_config
 from crawler.errors import ConnectFailed, Refused, TooLarge
+from crawler.frontier.exchanges import topology
 from crawler.frontier.retry import JITTER, from_error, from_status, next_delay, parse_retry_after
 from crawler.names import Names
 from crawler.worker import wiring
@@ -135,7 +136,7 @@ async def test_retries_wait_in_tier_queues_named_for_a_person(
     site = flaky_site()
     settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", [site]))
     names = Names(prefix)
-    topology_queues = {q.name for q in wiring.topology(load_config(settings.config_path), names).queues}
+    topology_queues = {q.name for q in topology(load_config(settings.config_path), names).queues}
     assert {names.retry_queue(0.2), names.retry_queue(0.4), names.retry_queue(5)} <= topology_queues
     assert names.retry_queue(0.2) == f"{prefix}.retry.0.2s"
     assert names.retry_queue(300) == f"{prefix}.retry.5m"

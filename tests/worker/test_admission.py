@@ -11,13 +11,12 @@ from redis.asyncio import Redis
 from bench.crash import max_in_window
 from crawler.config import CrawlConfig, Rules
 from crawler.fetch.fetcher import BoundedFetcher
-from crawler.fetch.ratelimit import RateLimiter
+from crawler.fetch.ratelimit import RateLimiter, budget
 from crawler.fetch.robots import Robots
 from crawler.frontier.crawls import CrawlState
 from crawler.frontier.quota import PageQuota
 from crawler.names import Names
 from crawler.worker.admission import Admission, Checked
-from crawler.worker.page import budget
 from crawler.worker.wiring import make_fetcher
 
 CONFIG = CrawlConfig.model_validate({"domains": {"a.test": {}}})

@@ -22,11 +22,12 @@ from redis.asyncio import Redis
 from bench.crash import max_in_window
 from crawler.config import load_config
 from crawler.errors import CrawlerError, SinkError
+from crawler.frontier.client import frontier
+from crawler.frontier.concurrency import short_retries
 from crawler.monitor.metrics import Metrics
 from crawler.names import HEADER_REASON, Names
 from crawler.sink.sql import Sink
 from crawler.worker import wiring
-from crawler.worker.concurrency import short_retries
 from crawler.worker.consumer import Consumer
 from crawler.worker.tuning import Tuning
 from demo.site import Reply, Route, Site, free_port, page, serve
@@ -214,13 +215,8 @@ async def test_a_backlog_is_fetched_by_priority_with_prefetch_1(
     settings = settings_for(amqp_url, prefix, sqlite_url, config)
     classes = ("low", "mid", "high")
     urls = [site.url(f"/{classes[i % 3]}/{i // 3}") for i in range(510)]  # queued interleaved
-    async with wiring.frontier(settings, "test") as f:
-        await wiring.declare_topology(f, settings, load_config(settings.config_path))
-        channel = await f.connection.channel(publisher_confirms=True)
-        exchange = await channel.get_exchange(Names(prefix).frontier)
-        router = wiring.Router(
-            load_config(settings.config_path), exchange, f.seen, wiring.PageQuota(f.redis, Names(prefix))
-        )
+    loaded = load_config(settings.config_path)
+    async with frontier(settings, "test") as f, f.router(loaded) as router:
         routed = await router.route(urls, depth=1, claimant=b"test")
         assert len(routed.published) == 510
     with serve(site):
@@ -311,7 +307,7 @@ async def test_one_consumer_serves_hundreds_of_domain_queues_over_several_connec
     path.write_text(yaml.safe_dump(config))
     settings = settings_for(amqp_url, prefix, sqlite_url, path)
     domains = sorted(load_config(path).domains)
-    caplog.set_level(logging.INFO, logger="crawler.worker.subscriptions")
+    caplog.set_level(logging.INFO, logger="crawler.frontier.subscriptions")
     with serve(site):
         stats = (
             await wiring.consume(
@@ -351,12 +347,11 @@ async def test_more_domains_than_a_connection_takes_are_a_clear_error_without_mo
     sink = Sink(sqlite_url)
     fetcher = wiring.make_fetcher(loaded)
     try:
-        async with wiring.frontier(settings, "test") as f:
+        async with frontier(settings, "test") as f:
             parts = wiring.parts(f, settings.names, loaded, sink, fetcher, Metrics())
             worker = Consumer(
                 parts,
-                settings.names,
-                f.connection,
+                f,
                 None,
                 label="test",
                 burst=True,

@@ -20,14 +20,15 @@ import sqlalchemy as sa
 
 from crawler.config import load_config
 from crawler.connections import AMQP_HEARTBEAT
+from crawler.frontier import client
+from crawler.frontier.parking import Parking
 from crawler.frontier.router import Router
+from crawler.frontier.settling import Settling
 from crawler.monitor.metrics import Metrics
 from crawler.names import Names
 from crawler.sink.sql import Sink, engine_url, migrate
 from crawler.worker import wiring
-from crawler.worker.parking import Parking
 from crawler.worker.pipeline import Pipeline
-from crawler.worker.settling import Settling
 from demo.site import Reply, Route, Site, serve
 from tests.support import netns
 from tests.support.crawls import consumer, seed, stored
@@ -232,7 +233,7 @@ async def test_a_delivery_whose_channel_closed_mid_fetch_is_neither_stored_nor_a
     metrics = Metrics()
     with serve(site):
         await seed(settings, site.url())
-        async with wiring.frontier(settings, "test", config) as f:
+        async with client.frontier(settings, "test", config) as f:
             sink = Sink(sqlite_url)
             fetcher = wiring.make_fetcher(config)
             try:

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
+from crawler.frontier.settling import AckAfter
 from crawler.monitor.metrics.declared import Declarations
-
-AckAfter = Literal["commit", "retry"]
-"""What an ack delay runs from: the page's row committed, or its retry copy confirmed by the broker."""
 
 
 class DeliveryMetrics:

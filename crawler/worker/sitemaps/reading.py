@@ -23,6 +23,7 @@ from typing import IO
 
 from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, FetchError, SitemapError
+from crawler.fetch.ratelimit import budget
 from crawler.fetch.robots import origin_of
 from crawler.frontier.crawls import CrawlOptions
 from crawler.frontier.message import CrawlMessage, SitemapTask
@@ -40,7 +41,7 @@ from crawler.parse.sitemaps import (
 )
 from crawler.sink.sitemaps import URL_OUTCOMES, SitemapRead, SitemapStore, Validators
 from crawler.worker.live import LiveConfig
-from crawler.worker.page import DISALLOWED, Visitor, budget
+from crawler.worker.page import DISALLOWED, Visitor
 from crawler.worker.sitemaps.fetching import NO_VALIDATORS, SPOOL, chunks, fetch_file, rules_for_sitemaps
 from crawler.worker.sitemaps.listing import Listing
 

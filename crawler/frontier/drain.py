@@ -5,11 +5,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
 
 from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 
-from crawler.worker.concurrency import at_once
-from crawler.worker.tuning import Tuning
+from crawler.frontier.concurrency import at_once
+
+
+class DrainPacing(Protocol):
+    """How often and how widely the drain check asks the broker (a consumer's Tuning has these)."""
+
+    @property
+    def drain_poll(self) -> float: ...
+    @property
+    def probes(self) -> int: ...
+    @property
+    def at_once(self) -> int: ...
 
 
 class Drain:
@@ -20,7 +31,7 @@ class Drain:
         connection: AbstractRobustConnection,
         queues: Callable[[], Sequence[str]],
         tiers: Callable[[], int],
-        tuning: Tuning,
+        tuning: DrainPacing,
     ) -> None:
         self._connection = connection
         self._queues = queues  # the work queues: domain queues, then the retry tiers

@@ -13,10 +13,10 @@ from redis.asyncio import Redis
 
 from crawler.dedup.store import DONE, SeenStore
 from crawler.frontier.crawls import CrawlState
+from crawler.frontier.settling import Settling
 from crawler.monitor import readings
 from crawler.monitor.metrics import Metrics
 from crawler.names import Names
-from crawler.worker.settling import Settling
 from tests.support.wait import until
 
 

@@ -8,17 +8,16 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
 
 from crawler.config import FrontierConfig
 from crawler.errors import CrawlerError
+from crawler.frontier.concurrency import at_once
 from crawler.frontier.exchanges import domain_queues
-from crawler.monitor import logs
-from crawler.names import Names
+from crawler.names import LOG_FIELDS, Names
 from crawler.redact import redact
-from crawler.worker.concurrency import at_once
-from crawler.worker.tuning import Tuning
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +27,17 @@ RETIRE_AFTER = 900.0
 
 Handler = Callable[[str, AbstractIncomingMessage], Awaitable[None]]
 """What handles one delivery of a domain's queue."""
+
+
+class SubscriptionPacing(Protocol):
+    """How many round trips at once, and domain channels per connection (a consumer's Tuning has these)."""
+
+    @property
+    def at_once(self) -> int: ...
+    @property
+    def channels_per_connection(self) -> int: ...
+    @property
+    def channels_kept_free(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -64,7 +74,7 @@ class Subscriptions:
         prefetch_of: Callable[[str], int],
         *,
         label: str,
-        tuning: Tuning,
+        tuning: SubscriptionPacing,
     ) -> None:
         self._names = names
         self._frontier = frontier
@@ -100,7 +110,7 @@ class Subscriptions:
             seconds,
             redact(broker),
             extra={
-                logs.FIELDS: {
+                LOG_FIELDS: {
                     "queues": len(domains),
                     "prefetch": prefetch,
                     "subscribed_seconds": round(seconds, 3),

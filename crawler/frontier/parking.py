@@ -10,8 +10,8 @@ from aio_pika.abc import AbstractExchange, AbstractIncomingMessage
 from crawler import names as hdr
 from crawler.frontier.message import persistent
 from crawler.frontier.retry import Delay, Failure
+from crawler.frontier.tracing import step
 from crawler.names import delay_label
-from crawler.worker.tracing import step
 
 
 def attempts_of(message: AbstractIncomingMessage) -> int:

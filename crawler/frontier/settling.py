@@ -18,20 +18,28 @@ import logging
 import time
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from aio_pika.abc import AbstractIncomingMessage
 
 from crawler.dedup.store import SeenStore
 from crawler.frontier.crawls import CrawlState
-from crawler.monitor.metrics import Metrics
-from crawler.monitor.metrics.deliveries import AckAfter
-from crawler.worker.tracing import step
+from crawler.frontier.tracing import step
 
 log = logging.getLogger(__name__)
 
 Counts = Mapping[tuple[str, str], int]
 """Changes to a crawl's counts, keyed (domain, kind)."""
+
+AckAfter = Literal["commit", "retry"]
+"""What an ack delay runs from: the page's row committed, or its retry copy confirmed by the broker."""
+
+
+class AckObserver(Protocol):
+    """What takes the ack frames sent and each ack's delay (the worker's Metrics)."""
+
+    def observe_ack_frames(self, single: int, multiple: int) -> None: ...
+    def observe_ack_delay(self, after: AckAfter, seconds: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +98,9 @@ class _Channel:
 class Settling:
     """Ends a consumer's deliveries: confirms and counts per group, then each one's ack at once."""
 
-    def __init__(self, seen: SeenStore, crawls: CrawlState | None, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, seen: SeenStore, crawls: CrawlState | None, metrics: AckObserver | None = None
+    ) -> None:
         self._seen = seen
         self._crawls = crawls  # None: counts are not kept (tests)
         self._metrics = metrics  # None: ack delays are not observed (tests)

@@ -1,4 +1,4 @@
-"""Small concurrency helpers of the worker: bounded fan-out, and brief retries of infrastructure calls."""
+"""Concurrency helpers: bounded fan-out of broker round trips, brief retries of infrastructure calls."""
 
 from __future__ import annotations
 

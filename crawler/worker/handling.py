@@ -6,9 +6,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from aio_pika.abc import AbstractIncomingMessage
-
 from crawler.frontier.crawls import CrawlOptions
+from crawler.frontier.delivery import Delivery
 from crawler.frontier.message import CrawlMessage
 from crawler.monitor import logs
 from crawler.worker.page import Visit
@@ -18,11 +17,11 @@ ROBOTS = "robots"  # the skip reason (crawler_pages_skipped_total{reason}) of a 
 
 
 @dataclass(frozen=True, slots=True)
-class Delivery:
+class Handling:
     """A delivery being handled: its queue's domain, its message and page, its try, its crawl's options."""
 
     domain: str
-    message: AbstractIncomingMessage
+    message: Delivery
     crawl: CrawlMessage
     url: str
     attempts: int
