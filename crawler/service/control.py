@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from crawler.archive import Stored, read
 from crawler.archive.source import ArchiveSource
-from crawler.config import CrawlConfig, with_dedup_mode
+from crawler.config import CrawlConfig
 from crawler.errors import ArchiveError, BadURL, ConfigError, NotFound
 from crawler.frontier import dead
 from crawler.frontier.crawls import (
@@ -204,7 +204,6 @@ class Control:
         """Connect to RabbitMQ, Redis and the database, and declare the topology. The database's
         `schema` is upgraded, or checked to be the newest (a command that reads creates none), or left
         alone ("none": the verbs used read no table, the dead letters' say)."""
-        config = with_dedup_mode(config, settings.dedup)
         if schema != "none":
             await asyncio.to_thread(migrate if schema == "upgrade" else check_schema, settings.database_url)
         async with AsyncExitStack() as stack:
