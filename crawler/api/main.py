@@ -17,7 +17,7 @@ import uvicorn
 from crawler import stopping
 from crawler.api.app import create_app
 from crawler.api.security import Token, load_tokens
-from crawler.config import CrawlConfig, load_config, with_dedup_mode
+from crawler.config import CrawlConfig, load_effective
 from crawler.errors import ConfigError, CrawlerError
 from crawler.monitor import logs
 from crawler.programs import EXIT_USAGE, Parser, loop_factory
@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings.from_env()
         if args.config:
             settings = replace(settings, config_path=args.config)
-        config = with_dedup_mode(load_config(settings.config_path), settings.dedup)
+        config = load_effective(settings)
         sock = _bind(host, port)
         if not _is_loopback(host):
             log.warning("listening on %s: the API is reachable beyond this machine", host)

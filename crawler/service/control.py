@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Literal
 
-from crawler.config import CrawlConfig, with_dedup_mode
+from crawler.config import CrawlConfig
 from crawler.frontier.client import Frontier, frontier
 from crawler.frontier.crawls import CrawlState
 from crawler.service.crawls import Crawls
@@ -59,7 +59,6 @@ class Control:
         """Connect to RabbitMQ, Redis and the database, and declare the topology. The database's
         `schema` is upgraded, or checked to be the newest (a command that reads creates none), or left
         alone ("none": the verbs used read no table, the dead letters' say)."""
-        config = with_dedup_mode(config, settings.dedup)
         if schema != "none":
             await asyncio.to_thread(migrate if schema == "upgrade" else check_schema, settings.database_url)
         async with AsyncExitStack() as stack:

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 from crawler import connections
 from crawler.archive import Archive
-from crawler.config import CrawlConfig, with_dedup_mode
+from crawler.config import CrawlConfig
 from crawler.errors import BadURL, ConfigError
 from crawler.fetch.aio import AiohttpFetcher
 from crawler.fetch.api import ApiEndpoint, ApiFetcher, RoutingFetcher
@@ -194,7 +194,6 @@ async def seed(
 ) -> Routed:
     """Declare the topology and route the seed URLs (of crawl `crawl`; None: the default crawl)."""
     seeds = check_seeds(config, urls)
-    config = with_dedup_mode(config, settings.dedup)
     async with frontier(settings, "crawler seed", config) as f:
         return await f.seed(config, seeds, priority, crawl, options)
 
@@ -222,7 +221,6 @@ async def consume(
     and `crawl` (the one this process began) is marked finished once drained, interrupted if not.
     """
     monitoring = monitoring or Monitoring()
-    config = with_dedup_mode(config, settings.dedup)
     chosen = check_domains(config, domains)
     canonical_seeds = check_seeds(config, seeds)
     await asyncio.to_thread(migrate, settings.database_url)

@@ -8,7 +8,7 @@ import subprocess
 import aio_pika
 import sqlalchemy as sa
 
-from crawler.config import load_config
+from crawler.config import load_config, load_effective
 from crawler.names import Names
 from crawler.settings import Settings
 from crawler.sink.sql import engine_url
@@ -73,7 +73,7 @@ def stopped(workers: list[subprocess.Popen[str]], timeout: float = 60) -> list[t
 
 
 async def seed(settings: Settings, *urls: str) -> None:
-    routed = await wiring.seed(settings, load_config(settings.config_path), urls)
+    routed = await wiring.seed(settings, load_effective(settings), urls)
     assert len(routed.published) == len(urls)
 
 

@@ -1,0 +1,56 @@
+"""domains.yaml: the model of it (`model`, a domain's `rules`, value `checks`) and its `loading`."""
+
+from crawler.config.checks import Duration, Hook, css_to_xpath, import_hook, parse_duration
+from crawler.config.loading import load_config, load_effective, parse_config, with_dedup_mode, yaml_error
+from crawler.config.model import VERSION_KINDS, CrawlConfig, DedupConfig, FrontierConfig, VersionKind, Webhook
+from crawler.config.rules import (
+    CONTENT_SECONDS,
+    MAX_BACKOFF_RECOVERY,
+    ContentRules,
+    DomainRules,
+    FetchRule,
+    FetchSpec,
+    FieldRule,
+    History,
+    NearDuplicates,
+    ParseRule,
+    PriorityRule,
+    Recrawl,
+    RecrawlRule,
+    Rules,
+    Sitemaps,
+)
+
+__all__ = [
+    "CONTENT_SECONDS",
+    "MAX_BACKOFF_RECOVERY",
+    "VERSION_KINDS",
+    "ContentRules",
+    "CrawlConfig",
+    "DedupConfig",
+    "DomainRules",
+    "Duration",
+    "FetchRule",
+    "FetchSpec",
+    "FieldRule",
+    "FrontierConfig",
+    "History",
+    "Hook",
+    "NearDuplicates",
+    "ParseRule",
+    "PriorityRule",
+    "Recrawl",
+    "RecrawlRule",
+    "Rules",
+    "Sitemaps",
+    "VersionKind",
+    "Webhook",
+    "css_to_xpath",
+    "import_hook",
+    "load_config",
+    "load_effective",
+    "parse_config",
+    "parse_duration",
+    "with_dedup_mode",
+    "yaml_error",
+]
