@@ -160,6 +160,10 @@ def check_domains(config: CrawlConfig, domains: Sequence[str] | None) -> list[st
             raise ConfigError("domains.yaml lists no domains: add one under `domains:`")
         return sorted(config.domains)
     chosen = [d.strip().lower() for d in domains if d.strip()]
+    if not chosen:
+        raise ConfigError(
+            f"no domain named in {list(domains)!r} (configured: {', '.join(sorted(config.domains))})"
+        )
     unknown = [d for d in chosen if d not in config.domains]
     if unknown:
         raise ConfigError(

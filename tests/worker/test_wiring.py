@@ -24,6 +24,8 @@ def test_check_domains_takes_all_or_the_named_known_ones(tmp_path: Path) -> None
     assert wiring.check_domains(config, [" B.test ", ""]) == ["b.test"]
     with pytest.raises(ConfigError, match=re.escape("not configured in domains.yaml: z.test")):
         wiring.check_domains(config, ["a.test", "z.test"])
+    with pytest.raises(ConfigError, match="no domain named"):
+        wiring.check_domains(config, ["\x1c", " "])  # a blank choice is not "every domain"
 
 
 def test_check_seeds_canonicalises_and_refuses_other_hosts(tmp_path: Path) -> None:
