@@ -17,7 +17,8 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import Draft202012Validator, validator_for
 
 from crawler.quality.coverage import INVALID, fail_kind, fill_kind, items_kind, subject
-from crawler.quality.expect import Expect, FieldExpect, parse_bounds, tracked_fields
+from crawler.quality.expect import Bounds, Expect, FieldExpect, parse_bounds, tracked_fields
+from crawler.quality.quick import Passes, quick_pass
 
 SHOWN = 60  # characters of a value a reason quotes
 
@@ -64,6 +65,15 @@ class _Check:
     kind: str
     field: str
     test: Test
+    passes: Passes  # True only if `test` finds nothing: the quick way past a good value
+
+
+@dataclass(frozen=True, slots=True)
+class _Schema:
+    name: str
+    kind: str
+    validator: Validator
+    quick: Passes | None  # None: every page is jsonschema's
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +82,7 @@ class _Scope:
 
     rule: str
     checks: tuple[_Check, ...]
-    schema: tuple[str, str, Validator] | None  # (name, kind, validator)
+    schema: _Schema | None
     items: tuple[str, ...]  # the kinds a page checked adds to
     fills: tuple[tuple[str, tuple[str, ...]], ...]  # (field, the kinds a page with it adds to)
 
@@ -125,16 +135,20 @@ class Expectations:
                 kinds += fill
         failures = []
         for check in scope.checks:
-            reason = check.test(data.get(check.field))
+            value = data.get(check.field)
+            if check.passes(value):
+                continue
+            reason = check.test(value)
             if reason is not None:
                 failures.append(Failed(check.name, reason))
                 kinds.append(check.kind)
-        if scope.schema is not None:
-            name, kind, validator = scope.schema
-            error = best_match(validator.iter_errors(data))
+        schema = scope.schema
+        if schema is not None and (schema.quick is None or not schema.quick(data)):
+            error = best_match(schema.validator.iter_errors(data))
             if error is not None:
-                failures.append(Failed(name, f"schema at {error.json_path}: {_clip(error.message, 200)}"))
-                kinds.append(kind)
+                reason = f"schema at {error.json_path}: {_clip(error.message, 200)}"
+                failures.append(Failed(schema.name, reason))
+                kinds.append(schema.kind)
         if failures:
             kinds.append(INVALID)
         return Verdict(tuple(failures), tuple(kinds), scope.rule or None)
@@ -168,7 +182,13 @@ def _field_checks(rule: str, name: str, spec: FieldExpect) -> tuple[_Check, ...]
     """The checks of one field as `spec` says, named after the page rule that says it."""
     base = subject(rule, name)
     return tuple(
-        _Check(f"{base}.{what}", fail_kind(f"{base}.{what}"), name, _named(name, _test(what, spec)))
+        _Check(
+            f"{base}.{what}",
+            fail_kind(f"{base}.{what}"),
+            name,
+            _named(name, _test(what, spec)),
+            _passes(what, spec),
+        )
         for what in asked(spec)
     )
 
@@ -212,6 +232,58 @@ def _test(what: str, spec: FieldExpect) -> Test:
         return _each(_matches(spec.pattern))
     assert spec.one_of is not None
     return _each(_one_of(spec.one_of))
+
+
+def _passes(what: str, spec: FieldExpect) -> Passes:
+    """The quick pass of a check (`_test`'s): no value, or one value that is plainly good; a list
+    and anything else are left to the check itself."""
+    if what == "present":
+        return lambda v: not (v is None or (v.__class__ in _EMPTIABLE and not v))
+    if what == "type":
+        assert spec.type is not None
+        if spec.type == "date":
+            return lambda v: v is None or _is_date(v)
+        classes = _CLASSES[spec.type]
+        return lambda v: v.__class__ in classes or v is None
+    if what == "range":
+        assert spec.range is not None
+        within = _within(parse_bounds(spec.range))
+        return lambda v: (v.__class__ in _NUMBERS and within(v)) or v is None
+    if what == "length":
+        assert spec.length is not None
+        within = _within(parse_bounds(spec.length))
+        return lambda v: (v.__class__ in _EMPTIABLE and within(len(v))) or v is None
+    if what == "pattern":
+        assert spec.pattern is not None
+        search = re.compile(spec.pattern).search
+        return lambda v: (v.__class__ is str and search(v) is not None) or v is None
+    assert spec.one_of is not None
+    allowed = frozenset((v.__class__ is bool, v) for v in spec.one_of)
+    return lambda v: (v.__class__ in _SCALARS and (v.__class__ is bool, v) in allowed) or v is None
+
+
+def _within(bounds: Bounds) -> Callable[[float], bool]:
+    """Bounds.holds in one comparison."""
+    low, high = bounds.low, bounds.high
+    if bounds.low_included:
+        if bounds.high_included:
+            return lambda x: low <= x <= high
+        return lambda x: low <= x < high
+    if bounds.high_included:
+        return lambda x: low < x <= high
+    return lambda x: low < x < high
+
+
+_NUMBERS: frozenset[Any] = frozenset({int, float})
+_SCALARS = frozenset({str, int, float, bool})
+_CLASSES: dict[str, frozenset[type]] = {
+    "str": frozenset({str}),
+    "int": frozenset({int}),
+    "float": _NUMBERS,  # a whole number is a number too
+    "bool": frozenset({bool}),
+    "list": frozenset({list}),
+    "dict": frozenset({dict}),
+}
 
 
 def _named(name: str, test: Test) -> Test:
@@ -336,13 +408,15 @@ def _one_of(values: tuple[Any, ...]) -> Test:
     return test
 
 
-def _schema_check(rule: str, schema: dict[str, Any] | bool | None) -> tuple[str, str, Validator] | None:
+def _schema_check(rule: str, schema: dict[str, Any] | bool | None) -> _Schema | None:
     if schema is None or schema is True:
         return None
     cls = validator_for(schema, default=Draft202012Validator)
     validator = cls(schema, format_checker=FormatChecker())
     name = f"{rule}/schema" if rule else "schema"
-    return name, fail_kind(name), validator
+    return _Schema(
+        name, fail_kind(name), validator, quick_pass(schema) if cls is Draft202012Validator else None
+    )
 
 
 _REPR = reprlib.Repr()  # (keyword arguments only from Python 3.12)
