@@ -50,23 +50,25 @@ def wait_for(seconds: float) -> float:
     return next((w for w in HOST_WAITS if w >= seconds), HOST_WAITS[-1])
 
 
+def follows(config: CrawlConfig, host: str) -> bool:
+    """Whether links to `host` (of no listed domain) may be followed, caps aside: discovery is on,
+    the host is a valid name (an IP literal only if allowed) within allow and not denied."""
+    discover = config.discover
+    if discover.follow != "all" or len(host) > MAX_ROUTING_KEY - _SUFFIX:
+        return False
+    try:
+        canonical = check_host(host, allow_ip=discover.allow_ip_hosts)
+    except BadHost:
+        return False
+    return canonical == host and discover.in_scope(host)
+
+
 class Discovery:
     """Which hosts found by links a crawl follows: in `discover:`'s scope, a valid host name, and
     admitted within its caps (max_hosts, max_hosts_per_domain), counted fleet-wide in Redis."""
 
     def __init__(self, redis: Redis, names: Names) -> None:
         self._caps = HostCaps(redis, names)
-
-    def follows(self, config: CrawlConfig, host: str) -> bool:
-        """Whether links to `host` (of no listed domain) may be followed, caps aside."""
-        discover = config.discover
-        if discover.follow != "all" or len(host) > MAX_ROUTING_KEY - _SUFFIX:
-            return False
-        try:
-            canonical = check_host(host, allow_ip=discover.allow_ip_hosts)
-        except BadHost:
-            return False
-        return canonical == host and discover.in_scope(host)
 
     async def admit(self, config: CrawlConfig, hosts: Iterable[str], crawl: str | None) -> set[str]:
         """The hosts of `hosts` the crawl's caps admit (now or before), in one round trip."""

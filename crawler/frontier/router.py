@@ -16,7 +16,7 @@ from crawler.config import CrawlConfig, Rules
 from crawler.dedup.store import SeenStore
 from crawler.errors import BadURL, CrawlerError
 from crawler.frontier.exchanges import routing_key
-from crawler.frontier.hosts import Discovery, host_key, host_priority
+from crawler.frontier.hosts import Discovery, follows, host_key, host_priority
 from crawler.frontier.message import CrawlMessage
 from crawler.frontier.publisher import MAX_ROUTING_KEY, Outgoing, Publisher
 from crawler.frontier.quota import PageQuota
@@ -273,7 +273,7 @@ class Router:
         """The domain and rules of the host of `url`, and whether it is a discovered host (its domain
         the host itself); None if it is out of scope."""
         if self.config.discovered(host):
-            if not self._discovery.follows(self.config, host):
+            if not follows(self.config, host):
                 return None
             return host, self.config.rules_for(host), True
         try:
