@@ -81,7 +81,13 @@ def test_links_to_hosts_in_scope_are_crawled_and_the_crawl_finishes(
             "bad.test": ("127.0.0.32", {"/": ["bad.test/p1"], "/p1": []}),
         }
     )
-    discover = {"follow": "all", "allow": [".test"], "deny": ["bad.test"], "shards": 4}
+    discover = {
+        "follow": "all",
+        "allow": [".test"],
+        "deny": ["bad.test"],
+        "shards": 4,
+        "host": {"rate": 20, "burst": 5},
+    }
     settings = settings_for(amqp_url, prefix, sqlite_url, configure(tmp_path / "d.yaml", served, discover))
     with serve(*served.values()):
         result = run("crawler", ["crawl", served["a.test"].url()], settings, timeout=60)
