@@ -208,7 +208,8 @@ class Router:
         self, candidates: dict[bytes, _Candidate], crawl: str | None, result: Routed
     ) -> dict[bytes, _Candidate]:
         """The candidates not on a discovered host the crawl's host caps refuse; the others counted."""
-        hosts = {c.host for c in candidates.values() if c.discovered}
+        # In the order the links came: when a cap is reached, the first hosts of a page are admitted.
+        hosts = list(dict.fromkeys(c.host for c in candidates.values() if c.discovered))
         if not hosts:
             return candidates
         admitted = await self._discovery.admit(self.config, hosts, crawl)
