@@ -58,6 +58,8 @@ class Discover(_Strict):
     max_hosts_per_domain: Annotated[int, Field(ge=1)] = 100
     allow_ip_hosts: bool = False  # URLs whose host is an IP address
     host: HostTemplate = HostTemplate()
+    # Queues every discovered host's URLs share, a host always in the same one (crawler/frontier/hosts.py).
+    shards: Annotated[int, Field(ge=1, le=1024)] = 16
 
     def in_scope(self, host: str) -> bool:
         """True if links to canonical `host` may be followed (a listed domain's hosts aside)."""

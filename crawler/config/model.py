@@ -14,6 +14,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from crawler.config.checks import Strict, valid_domain
 from crawler.config.rules import CONTENT_SECONDS, DomainRules, Rules
+from crawler.openweb import Discover, DnsConfig, PerIp
 
 
 class DedupConfig(Strict):
@@ -124,6 +125,10 @@ class CrawlConfig(Strict):
     domains: dict[str, DomainRules] = Field(default_factory=dict)
     # Receivers of the change feed as signed HTTP POSTs (docs/outputs.md).
     webhooks: tuple[Webhook, ...] = ()
+    # Hosts found by links beyond the listed domains (docs/open-web.md).
+    discover: Discover = Field(default_factory=Discover)
+    dns: DnsConfig = Field(default_factory=DnsConfig)
+    per_ip: PerIp | None = None
 
     @field_validator("resolve")
     @classmethod
@@ -275,8 +280,32 @@ class CrawlConfig(Strict):
                 return None
 
     def rules_for(self, domain: str | None) -> Rules:
-        """Rules of a configured domain, or the defaults for any other host."""
-        return self.rules.get(domain, self.defaults) if domain else self.defaults
+        """Rules of a configured domain, the host template's for a discovered host (`discover:
+        follow: all`), or the defaults for any other host."""
+        if not domain:
+            return self.defaults
+        found = self.rules.get(domain)
+        if found is not None:
+            return found
+        return self.host_rules if self.discover.follow == "all" else self.defaults
+
+    @cached_property
+    def host_rules(self) -> Rules:
+        """What a discovered host gets: the defaults with the `discover.host` template over them."""
+        host = self.discover.host
+        return self.defaults.model_copy(
+            update={
+                "rate": host.rate,
+                "burst": host.burst,
+                "max_pages": host.max_pages,
+                "max_depth": host.max_depth,
+            }
+        )
+
+    def discovered(self, host: str) -> bool:
+        """Whether `host` is crawled as a discovered host: no listed domain covers it and discovery
+        follows links to such hosts (its scope decides which; crawler/frontier/hosts.py)."""
+        return self.discover.follow == "all" and self.domain_of(host) is None
 
     @property
     def content(self) -> bool:

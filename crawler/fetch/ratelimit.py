@@ -221,7 +221,9 @@ class RateLimiter:
         self._clock = clock
         self._asked: dict[str, float] = {}  # bucket key -> when this process last asked it
 
-    def _args(self, key: str, budget: Budget, domain: str | None = None) -> list[float | str]:
+    def _args(
+        self, key: str, budget: Budget, domain: str | None = None, horizon: float = HORIZON
+    ) -> list[float | str]:
         """A bucket's nine arguments; a domain's carry its back-off kept outside Redis."""
         now = self._clock()
         asked = self._asked.get(key)
@@ -231,12 +233,15 @@ class RateLimiter:
         lost = "1" if asked is not None and now - asked < BUCKET_KEPT else "0"
         kept = None if domain is None else self._kept(domain)
         known: list[float | str] = ["", "", ""] if kept is None else list(kept)
-        return [budget.rate, budget.burst, budget.recovery, HORIZON, BUCKET_KEPT, lost, *known]
+        return [budget.rate, budget.burst, budget.recovery, horizon, BUCKET_KEPT, lost, *known]
 
-    def take_args(self, domain: str, budget: Budget) -> tuple[list[str], list[float | str]]:
-        """The keys and arguments of one TAKE for `domain`, for a script that runs it inline."""
+    def take_args(
+        self, domain: str, budget: Budget, horizon: float = HORIZON
+    ) -> tuple[list[str], list[float | str]]:
+        """The keys and arguments of one TAKE for `domain`, for a script that runs it inline; with
+        `horizon` 0 it grants only a token due now (a taker that will not sleep on one)."""
         key = self._names.bucket_key(domain)
-        return [key], self._args(key, budget, domain)
+        return [key], self._args(key, budget, domain, horizon)
 
     def take_pair_args(
         self, domain: str, budget: Budget, address: str, per_ip: Budget

@@ -16,10 +16,13 @@ from crawler.names import (
     FIRST_BAND,
     FIRST_BAND_WORD,
     HEADER_RETRY_TIER,
+    HOST_SHARD_WORD,
+    HOST_WAITS,
     MAX_PRIORITY,
     WEBHOOK_KEY,
     Names,
     delay_label,
+    host_wait_label,
 )
 
 Arguments = Mapping[str, Any]
@@ -73,6 +76,9 @@ def routing_key(host: str, priority: int) -> str:
 
 def host_of_key(key: str) -> str:
     """The host a frontier routing key was made from."""
+    head, dot, last = key.rpartition(".")
+    if dot and last.startswith(HOST_SHARD_WORD):
+        return head
     return key.removesuffix(f".{FIRST_BAND_WORD}")
 
 
@@ -130,6 +136,35 @@ def retry_queue(names: Names, delay: float, frontier: FrontierConfig = CLASSIC) 
     )
 
 
+def shard_queue(names: Names, shard: int, frontier: FrontierConfig = CLASSIC) -> Queue:
+    """One of the queues discovered hosts share: it takes the keys ending in its shard's word."""
+    args = kind(frontier, names.dead)
+    if frontier.queue_type == "classic":
+        args["x-max-priority"] = MAX_PRIORITY
+    else:
+        args["x-delivery-limit"] = frontier.delivery_limit
+    return Queue(names.host_shard(shard), args, (Binding(names.frontier, f"#.{HOST_SHARD_WORD}{shard}"),))
+
+
+def host_wait_queue(names: Names, seconds: float, frontier: FrontierConfig = CLASSIC) -> Queue:
+    """No consumers: a discovered host's URL waits here `seconds`, then expires back to its shard."""
+    return Queue(
+        names.host_wait(seconds),
+        kind(frontier, names.frontier) | {"x-message-ttl": round(seconds * 1000)},
+        (Binding(names.retry, "", {"x-match": "all", HEADER_RETRY_TIER: host_wait_label(seconds)}),),
+    )
+
+
+def host_queues(config: CrawlConfig, names: Names) -> tuple[Queue, ...]:
+    """The host layout's queues (its shards, then its waits); none unless `discover: follow: all`."""
+    if config.discover.follow != "all":
+        return ()
+    return (
+        *(shard_queue(names, n, config.frontier) for n in range(config.discover.shards)),
+        *(host_wait_queue(names, s, config.frontier) for s in HOST_WAITS),
+    )
+
+
 def webhook_queue(names: Names, frontier: FrontierConfig = CLASSIC) -> Queue:
     """Every version the change feed publishes, and webhook deliveries back from a retry tier or a
     replay (the frontier's WEBHOOK_KEY); its deliverers' rejects go to the dead queue."""
@@ -163,6 +198,7 @@ def topology(config: CrawlConfig, names: Names) -> Topology:
         kept_queue(names.dead, frontier, Binding(names.dead)),
         *(retry_queue(names, delay, frontier) for delay in config.retry_tiers),
         *(q for domain in sorted(config.domains) for q in domain_queues(names, domain, frontier)),
+        *host_queues(config, names),
         # Only with receivers: a queue nobody consumes would keep every version for ever.
         *((webhook_queue(names, frontier),) if config.webhooks else ()),
     )
@@ -187,8 +223,10 @@ async def declare(channel: AbstractChannel, topo: Topology) -> None:
 
 
 def work_queues(config: CrawlConfig, names: Names, domains: Iterable[str]) -> list[str]:
-    """Queues holding work still to do for `domains`: their queues and every retry tier."""
+    """Queues holding work still to do for `domains`: their queues (and the host layout's), then
+    every retry tier."""
     return [
         *(q.name for d in domains for q in domain_queues(names, d, config.frontier)),
+        *(q.name for q in host_queues(config, names)),
         *(names.retry_queue(d) for d in config.retry_tiers),
     ]

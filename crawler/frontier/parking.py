@@ -11,7 +11,7 @@ from crawler import names as hdr
 from crawler.frontier.message import persistent
 from crawler.frontier.retry import Delay, Failure
 from crawler.frontier.tracing import step
-from crawler.names import delay_label
+from crawler.names import delay_label, host_wait_label
 
 
 def attempts_of(message: AbstractIncomingMessage) -> int:
@@ -42,6 +42,14 @@ class Parking:
         headers[hdr.HEADER_RETRY_TIER] = delay_label(delay.tier)
         copy = persistent(message.body, message.priority or 0, headers)
         copy.expiration = delay.seconds
+        await self._retry.publish(copy, routing_key=message.routing_key or "")
+
+    async def wait(self, message: AbstractIncomingMessage, seconds: float) -> None:
+        """Send a copy to the host wait queue of `seconds` (crawler/frontier/hosts.py), its tries and
+        headers as they were: it comes back to its shard when it expires."""
+        headers = dict(message.headers or {})
+        headers[hdr.HEADER_RETRY_TIER] = host_wait_label(seconds)
+        copy = persistent(message.body, message.priority or 0, headers)
         await self._retry.publish(copy, routing_key=message.routing_key or "")
 
     async def dead(

@@ -26,6 +26,16 @@ class PageQuota:
         # (crawl, domain) -> (when read, pages counted)
         self._counts: dict[tuple[str | None, str], tuple[float, int]] = {}
 
+    @property
+    def redis(self) -> Redis:
+        """The Redis the counts are kept in (what else a router keeps per crawl goes there too)."""
+        return self._redis
+
+    @property
+    def names(self) -> Names:
+        """The names of the keys the counts are kept under."""
+        return self._names
+
     async def take(self, domain: str, max_pages: int, crawl: str | None = None) -> bool:
         """Count one page against the domain in crawl `crawl`; False if that would exceed `max_pages`."""
         key = self._names.for_crawl(crawl).pages_key(domain)

@@ -16,6 +16,7 @@ from crawler.config import CrawlConfig, Rules
 from crawler.dedup.store import SeenStore
 from crawler.errors import BadURL, CrawlerError
 from crawler.frontier.exchanges import routing_key
+from crawler.frontier.hosts import Discovery, follows, host_key, host_priority
 from crawler.frontier.message import CrawlMessage
 from crawler.frontier.publisher import MAX_ROUTING_KEY, Outgoing, Publisher
 from crawler.frontier.quota import PageQuota
@@ -53,6 +54,7 @@ class Routed:
     traps: int = 0
     over_quota: int = 0
     invalid: int = 0
+    host_caps: int = 0  # links to discovered hosts a cap of `discover:` refuses
     by_domain: Counter[str] = field(default_factory=Counter)  # published, per configured domain
     unconfirmed: list[bytes] = field(default_factory=list)  # published, left to the caller to confirm
 
@@ -68,14 +70,16 @@ class Routed:
             "traps": self.traps,
             "over_quota": self.over_quota,
             "invalid": self.invalid,
+            "host_caps": self.host_caps,
         }
 
 
 class _Candidate(NamedTuple):  # not a frozen dataclass: one per link, and its __init__ is 3x slower
     url: str
     host: str
-    domain: str | None
+    domain: str | None  # a discovered host's is the host itself
     fingerprint: bytes
+    discovered: bool = False  # its host is in no listed domain: it goes to the host layout
 
 
 class Router:
@@ -89,12 +93,14 @@ class Router:
         quota: PageQuota,
         *,
         scope: Scope | None = None,
+        discovery: Discovery | None = None,
     ) -> None:
         # A Scope shared with the rest of a consumer follows its live configuration edits.
         self.scope = scope or Scope(config)
         self._publisher = Publisher(exchange)
         self._seen = seen
         self._quota = quota
+        self._discovery = discovery or Discovery(quota.redis, quota.names)
 
     @property
     def seen(self) -> SeenStore:
@@ -135,6 +141,7 @@ class Router:
         """
         result = Routed()
         candidates = self._candidates(urls, depth, base, domains, max_depth, result)
+        candidates = await self._within_host_caps(candidates, crawl, result)
         candidates = await self._within_quota(candidates, crawl, result)
         seen = self._seen.for_crawl(crawl)
         fresh = await seen.claim(list(candidates), claimant)
@@ -165,7 +172,7 @@ class Router:
         candidates: dict[bytes, _Candidate] = {}
         dropped = self.config.dropped_params  # a property building a tuple: once per batch
         # A page's links share a few hosts: look each host's domain and rules up once per batch.
-        owners: dict[str, tuple[str | None, Rules] | None] = {}
+        owners: dict[str, tuple[str | None, Rules, bool] | None] = {}
         for raw in urls:
             try:
                 url = canonical_link(raw, dropped) if base is None else canonicalise(raw, base, dropped)
@@ -182,7 +189,7 @@ class Router:
             if owner is None:
                 result.out_of_scope += 1
                 continue
-            domain, rules = owner
+            domain, rules, discovered = owner
             if domains is not None and domain not in domains:
                 result.out_of_scope += 1
                 continue
@@ -194,8 +201,23 @@ class Router:
                 continue
             fp = fingerprint(url)
             if fp not in candidates:
-                candidates[fp] = _Candidate(url, host, domain, fp)
+                candidates[fp] = _Candidate(url, host, domain, fp, discovered)
         return candidates
+
+    async def _within_host_caps(
+        self, candidates: dict[bytes, _Candidate], crawl: str | None, result: Routed
+    ) -> dict[bytes, _Candidate]:
+        """The candidates not on a discovered host the crawl's host caps refuse; the others counted."""
+        # In the order the links came: when a cap is reached, the first hosts of a page are admitted.
+        hosts = list(dict.fromkeys(c.host for c in candidates.values() if c.discovered))
+        if not hosts:
+            return candidates
+        admitted = await self._discovery.admit(self.config, hosts, crawl)
+        if len(admitted) == len(hosts):
+            return candidates
+        kept = {fp: c for fp, c in candidates.items() if not c.discovered or c.host in admitted}
+        result.host_caps = len(candidates) - len(kept)
+        return kept
 
     async def _within_quota(
         self, candidates: dict[bytes, _Candidate], crawl: str | None, result: Routed
@@ -248,17 +270,26 @@ class Router:
         result.by_domain.update(c.domain for c in done if c.domain)
         return outcomes
 
-    def _owner(self, url: str, host: str) -> tuple[str | None, Rules] | None:
-        """The domain and rules of the host of `url`; None if it is out of scope."""
+    def _owner(self, url: str, host: str) -> tuple[str | None, Rules, bool] | None:
+        """The domain and rules of the host of `url`, and whether it is a discovered host (its domain
+        the host itself); None if it is out of scope."""
+        if self.config.discovered(host):
+            if not follows(self.config, host):
+                return None
+            return host, self.config.rules_for(host), True
         try:
             domain = self.scope.domain(url, host)
         except BadURL:
             return None
-        return domain, self.config.rules_for(domain)
+        return domain, self.config.rules_for(domain), False
 
     def _message(
         self, c: _Candidate, depth: int, priority: int | None, via: tuple[str, ...], crawl: str | None
     ) -> Outgoing:
+        if c.discovered:
+            level = host_priority(depth) if priority is None else priority
+            key = host_key(c.host, self.config.discover.shards)
+            return Outgoing(key, CrawlMessage(c.url, depth, via, crawl).encode(), level)
         if priority is None:
             priority = priority_for(c.url, depth, self.config.rules_for(c.domain))
         return Outgoing(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from crawler.config import CrawlConfig
 from crawler.errors import BadURL
+from crawler.frontier.hosts import follows
 from crawler.frontier.urls import canonicalise, host_of
 
 
@@ -18,8 +19,14 @@ class Scope:
         return canonicalise(url, base, self.config.dropped_params)
 
     def domain(self, url: str, host: str | None = None) -> str | None:
-        """The configured domain of a canonical URL (of `host`, if known); BadURL if out of scope."""
-        domain = self.config.domain_of(host_of(url) if host is None else host)
+        """The configured domain of a canonical URL (of `host`, if known), or a discovered host itself
+        (`discover: follow: all`); BadURL if out of scope."""
+        host = host_of(url) if host is None else host
+        domain = self.config.domain_of(host)
+        if domain is None and self.config.discovered(host):
+            if follows(self.config, host):
+                return host
+            raise BadURL(f"{url}: host is out of discover's scope in domains.yaml")
         if domain is None and not self.config.follow_other_domains:
             raise BadURL(f"{url}: host is not in any configured domain of domains.yaml")
         return domain

@@ -23,6 +23,7 @@ from crawler.names.durations import (
     GW_SESSION_TTL,
     GW_STRIKES_KEPT,
     HEARTBEAT_TTL,
+    HOST_WAITS,
     PAUSE_POLL,
     REBUILD_LOCK_TTL,
     ROBOTS_ERROR_TTL,
@@ -50,10 +51,12 @@ from crawler.names.queues import (
     HEADER_STATUS,
     HEADER_TIME,
     HEADER_WEBHOOK,
+    HOST_SHARD_WORD,
     MAX_PRIORITY,
     WEBHOOK_KEY,
     QueueNames,
     delay_label,
+    host_wait_label,
 )
 
 DEFAULT_PREFIX = "crawler"
@@ -124,6 +127,8 @@ __all__ = [
     "HEADER_TIME",
     "HEADER_WEBHOOK",
     "HEARTBEAT_TTL",
+    "HOST_SHARD_WORD",
+    "HOST_WAITS",
     "LOG_FIELDS",
     "MAX_PRIORITY",
     "OPEN_FIELD",
@@ -141,4 +146,5 @@ __all__ = [
     "Names",
     "QueueNames",
     "delay_label",
+    "host_wait_label",
 ]

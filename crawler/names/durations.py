@@ -12,6 +12,10 @@ REBUILD_LOCK_TTL = 30
 # off): a bucket asked within it and found missing was lost with Redis, not expired.
 BUCKET_KEPT = 60.0
 
+# A discovered host's URL taken while its host has no rate token is set aside this long (the first
+# of these at least as long as the wait, else the last) instead of holding its shard's prefetch.
+HOST_WAITS = (1.0, 5.0, 30.0)
+
 # DNS: one resolver of the fleet looks a host up while the others wait for its answer; it holds the
 # host's lookup at most its deadline plus this.
 DNS_LOCK_GRACE = 2.0

@@ -28,6 +28,15 @@ MAX_PRIORITY = 9
 # their routing key (no host name ends in it), and a worker consumes both of the domain's queues.
 FIRST_BAND = 6
 FIRST_BAND_WORD = "^"
+# A discovered host's URLs go to the frontier exchange under `{host}.{HOST_SHARD_WORD}{shard}`: the
+# last word names its shard queue, and no listed domain's binding (`#.{domain}`) can match it, since
+# no host name has a `~`.
+HOST_SHARD_WORD = "~s"
+
+
+def host_wait_label(seconds: float) -> str:
+    """The retry-tier header value of a host wait queue (never a retry tier's own, `1s`, `5m`)."""
+    return f"host {delay_label(seconds)}"
 
 
 def delay_label(seconds: float) -> str:
@@ -82,6 +91,15 @@ class QueueNames:
     def first_band(self, domain: str) -> str:
         """A quorum frontier's queue of one domain's first-priority work (seeds and raised links)."""
         return f"{self.prefix}.first.{domain}"
+
+    def host_shard(self, shard: int) -> str:
+        """One of the shard queues every discovered host's URLs share (a host always in the same)."""
+        return f"{self.prefix}.hosts.{shard}"
+
+    def host_wait(self, seconds: float) -> str:
+        """A queue holding a discovered host's URL `seconds` while its host is not ready, then
+        returning it to its shard."""
+        return f"{self.prefix}.hosts.wait.{delay_label(seconds)}"
 
     def retry_queue(self, delay: float) -> str:
         """The delay queue of one retry tier."""

@@ -19,7 +19,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
 from crawler.config import Rules
-from crawler.fetch.ratelimit import TAKE, TAKE_ARGS, RateLimiter, budget
+from crawler.fetch.ratelimit import HORIZON, TAKE, TAKE_ARGS, RateLimiter, budget
 from crawler.fetch.robots import Robots
 from crawler.names import Names
 from crawler.worker.page import Admitted
@@ -74,8 +74,12 @@ class Admission:
         limiter: RateLimiter,
         robots: Robots,
         rules_of: Callable[[str], Rules],
+        now_only: Callable[[str], bool] = lambda domain: False,
     ) -> None:
+        """`now_only(domain)`: grant its pages only a token due now, never one reserved ahead (a
+        discovered host's page waits out of its shard instead: crawler/frontier/hosts.py)."""
         self._names = names
+        self._now_only = now_only
         self._limiter = limiter
         self._robots = robots
         self._rules_of = rules_of  # the live rules, as the visit's own token would ask them
@@ -109,7 +113,9 @@ class Admission:
         if rules.max_credits is not None:
             return None
         names = self._names.for_crawl(crawl)
-        take_keys, take_args = self._limiter.take_args(domain, budget(self._rules_of(domain), crawl_delay))
+        horizon = 0.0 if self._now_only(domain) else HORIZON
+        allowance = budget(self._rules_of(domain), crawl_delay)
+        take_keys, take_args = self._limiter.take_args(domain, allowance, horizon)
         crawl_pages = self._names.crawl_pages_key(crawl) if crawl is not None else self._names.cancelled_key
         keys = [*take_keys, self._names.cancelled_key, names.pages_key(domain), crawl_pages]
         args: list[str | int | float] = [

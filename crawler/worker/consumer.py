@@ -23,6 +23,7 @@ from crawler.frontier.client import Connection, Frontier, Publishing, publishing
 from crawler.frontier.crawls import CrawlState
 from crawler.frontier.delivery import Delivery, lost
 from crawler.frontier.exchanges import work_queues
+from crawler.frontier.hosts import HostShards
 from crawler.frontier.publisher import Publisher
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.recovery import Recovery
@@ -128,6 +129,8 @@ class Consumer:
             label=label,
             pacing=tuning,
         )
+        # Discovered hosts' shards (`discover: follow: all`), for a consumer of every domain.
+        self.hosts = HostShards(self.names, frontier.connection, self._on_message, label)
         self.watcher = ConfigWatcher(config_path, self.apply, tuning.config_poll) if config_path else None
         self._pipeline: Pipeline | None = None  # made in run(): it needs the publishing channel
         self._settling = frontier.settling(parts.crawls, self.metrics)
@@ -188,6 +191,7 @@ class Consumer:
                 # A domain paused before this consumer started is not subscribed until resumed.
                 await self.holds.read_pauses()
                 await self.subscriptions.add(self.holds.active(self.domains), publisher.declared_in)
+                await self._add_hosts()
                 async with asyncio.TaskGroup() as tasks:
                     watching = tasks.create_task(self.watcher.run()) if self.watcher else None
                     pausing = (
@@ -267,9 +271,19 @@ class Consumer:
         in_time = int(rules.rate * (config.delivery_timeout - config.delivery_margin - rules.visit_seconds))
         return max(1, min(self.prefetch or rules.prefetch, share, in_time))
 
+    async def _add_hosts(self) -> None:
+        """Consume the host layout's shards, if discovery follows links and this consumer takes every
+        domain; each shard's prefetch is the host template's (or --prefetch)."""
+        config = self.config
+        if config.discover.follow != "all" or not self._every_domain or self._stop.is_set():
+            return
+        prefetch = max(1, min(self.prefetch or config.host_rules.prefetch, self.tuning.max_prefetched))
+        await self.hosts.add(config.discover.shards, prefetch)
+
     async def _unsubscribe(self) -> None:
         """Stop deliveries, let in-flight ones finish (up to `grace`), then return the rest."""
         await self.subscriptions.cancel()
+        await self.hosts.cancel()
         try:
             await asyncio.wait_for(self._idle.wait(), self.grace)
         except TimeoutError:
@@ -277,6 +291,7 @@ class Consumer:
                 "%d messages in flight after %.0fs: returned to their queues", self._inflight, self.grace
             )
         await self.subscriptions.close()
+        await self.hosts.close()
 
     async def _until_drained(self) -> None:
         # A domain resting after a spent budget still has work in its queue: not drained until it is done.
@@ -291,6 +306,7 @@ class Consumer:
 
         async def resume() -> None:
             await self.subscriptions.add(self.holds.active(self.domains))
+            await self._add_hosts()
 
         await drain.wait(
             self._stop, lambda: self._inflight == 0 and not self._more(), self._unsubscribe, resume

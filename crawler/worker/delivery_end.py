@@ -93,6 +93,14 @@ class Endings:
         counts = self.changes(message, crawl, domain, "retried")
         await self.done(message, domain, "retried", crawl=crawl.crawl, counts=counts, done_at=parked)
 
+    async def waited(self, message: Delivery, domain: str, crawl: CrawlMessage, seconds: float) -> None:
+        """A discovered host not ready for its next request: park a copy in the host wait queue of
+        `seconds` (confirmed), then ack the delivery; counted as waiting, like a retry, not as one."""
+        await self._parking.wait(message, seconds)
+        step("waiting", message, f" {seconds:g}s for its host")
+        counts = self.changes(message, crawl, domain, "retried")
+        await self._settling.ack(message, crawl.crawl, counts, (), Done("retry", time.monotonic()))
+
     async def park_or_return(self, message: Delivery, domain: str, failure: Failure) -> bool:
         """Park the message in the longest tier (True), or leave it to the broker (False)."""
         # Our own trouble, not the site's: wait the longest delay, however often it happens.

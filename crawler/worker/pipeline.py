@@ -17,6 +17,7 @@ from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, Cancelled, InvalidMessage
 from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.delivery import Delivery, lost
+from crawler.frontier.hosts import wait_for
 from crawler.frontier.message import CrawlMessage
 from crawler.frontier.parking import Parking, attempts_of, parked_before
 from crawler.frontier.quota import PageQuota
@@ -117,6 +118,10 @@ class Pipeline:
             return await self._ends.done(message, domain, "cancelled")
         if verdict.skip is not None:
             return await self._skipped(delivery, *verdict.skip)
+        admitted = verdict.checked.admitted if verdict.checked is not None else None
+        if admitted is not None and not admitted.taken[0] and self._live.config.discovered(domain):
+            # No token for its host yet: waiting for it here would hold up the other hosts of its shard.
+            return await self._ends.waited(message, domain, crawl, wait_for(admitted.taken[1]))
         visit = await self._visit(delivery, rules, verdict.checked, received)
         if visit is None:
             return  # cancelled, returned unfetched, or left to the broker
@@ -233,7 +238,8 @@ class Pipeline:
         """The message and its canonical URL; InvalidMessage or BadURL if it cannot be crawled here."""
         crawl = CrawlMessage.decode(message.body)
         url = self._live.scope.canonical(crawl.url)
-        if self._live.config.domain_of(host_of(url)) != domain:
+        config, host = self._live.config, host_of(url)
+        if (config.domain_of(host) or (host if config.discovered(host) else None)) != domain:
             raise InvalidMessage(f"{url} does not belong to domain {domain}")
         return crawl, url
 

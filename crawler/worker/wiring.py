@@ -106,7 +106,9 @@ def parts(
     records = CrawlStore(database_url) if database_url else None
     backoffs = KeptBackoffs(domain_state) if domain_state else None
     visit = visitor(live, f.redis, names, fetcher, archiving, backoffs, content)
-    admission = Admission(f.redis, names, visit.limiter, visit.robots, live.rules)
+    admission = Admission(
+        f.redis, names, visit.limiter, visit.robots, live.rules, lambda d: live.config.discovered(d)
+    )
     return Parts(
         live,
         visit,

@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from crawler.config import CrawlConfig, parse_config
 from crawler.dedup.store import SeenStore
 from crawler.frontier.exchanges import declare, topology
+from crawler.frontier.hosts import shard_of
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.router import PublishFailed, Router
 from crawler.frontier.urls import fingerprint
@@ -203,3 +204,41 @@ domains:
     assert priority_for("http://s.test/about", 1, rules) == 4
     assert priority_for("http://s.test/about", 2, rules) == 3  # deeper, lower
     assert priority_for("http://s.test/about", 9, rules) == 1  # at most three levels lower
+
+
+async def test_links_to_discovered_hosts_go_to_their_shard_breadth_first_within_scope_and_caps(
+    channel: aio_pika.abc.AbstractChannel, redis: Redis, prefix: str
+) -> None:
+    names = Names(prefix)
+    config = parse_config(
+        CONFIG + "discover: {follow: all, allow: ['.test'], deny: ['no.test'], shards: 2, max_hosts: 2,"
+        " host: {max_depth: 2}}\n"
+    )
+    router = await _router(channel, redis, names, config)
+    links = [
+        "http://shop.test/a",  # listed: its domain queue, as ever
+        "http://x.test/1",
+        "http://y.test/1",
+        "http://z.test/1",  # a third host: over max_hosts
+        "http://no.test/1",  # denied
+        "http://x.example/1",  # not allowed
+        "http://127.0.0.1/1",  # an IP literal
+    ]
+    routed = await router.route(links, depth=1, claimant=b"p")
+    assert sorted(routed.published) == ["http://shop.test/a", "http://x.test/1", "http://y.test/1"]
+    assert (routed.out_of_scope, routed.host_caps) == (3, 1)
+    assert routed.counts() == {("shop.test", "routed"): 1, ("x.test", "routed"): 1, ("y.test", "routed"): 1}
+    deeper = await router.route(["http://x.test/2", "http://x.test/3"], depth=3, claimant=b"q")
+    assert deeper.published == [] and deeper.too_deep == 2  # the host template's max_depth
+    await router.route(["http://x.test/4"], depth=2, claimant=b"r")
+
+    shop = await drain(channel, names.domain_queue("shop.test"))
+    assert [json.loads(m.body)["url"] for m in shop] == ["http://shop.test/a"]
+    found = {}
+    for shard in range(2):
+        for m in await drain(channel, names.host_shard(shard)):
+            host, _, word = (m.routing_key or "").rpartition(".")
+            assert word == f"~s{shard}" and shard_of(host, 2) == shard
+            found[json.loads(m.body)["url"]] = m.priority
+    # Breadth first: a lower priority a hop deeper.
+    assert found == {"http://x.test/1": 8, "http://y.test/1": 8, "http://x.test/4": 7}
