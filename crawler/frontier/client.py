@@ -176,7 +176,9 @@ class Frontier:
     ) -> Routed:
         """Route URLs into crawl `crawl` (None: the default crawl) within its options' limits, counted
         in its counts if it has one."""
-        routed = await _route(router, urls, depth, claimant, crawl, options, priority)
+        routed = await route_within(
+            router, urls, depth=depth, claimant=claimant, crawl=crawl, options=options, priority=priority
+        )
         await self.count(crawl, routed.counts())
         return routed
 
@@ -198,7 +200,15 @@ class Frontier:
         options = options or NO_OPTIONS
         async with self.publishing(config) as p:
             router = await p.router(config, self.seen, self.quota)
-            routed = await _route(router, seeds, 0, SEED_CLAIMANT, crawl, options, priority)
+            routed = await route_within(
+                router,
+                seeds,
+                depth=0,
+                claimant=SEED_CLAIMANT,
+                crawl=crawl,
+                options=options,
+                priority=priority,
+            )
             state = CrawlState(self.redis, self.names) if crawl is not None else None
             exchange = await p.exchange(self.names.frontier)
             tasks = await _find_sitemaps(exchange, config, seeds, crawl, options, state)
@@ -266,24 +276,30 @@ async def reset(settings: Settings, config: CrawlConfig) -> None:
         await f.reset(config, settings.database_url)
 
 
-async def _route(
+async def route_within(
     router: Router,
     urls: Sequence[str],
+    *,
     depth: int,
     claimant: bytes,
     crawl: str | None,
-    options: CrawlOptions,
-    priority: int | None,
+    options: CrawlOptions = NO_OPTIONS,
+    priority: int | None = None,
+    via: tuple[str, ...] = (),
+    confirm: bool = True,
 ) -> Routed:
-    """Route URLs into crawl `crawl` within its options' limits (its domains, its depth)."""
+    """Route URLs into crawl `crawl` within its options' limits (its domains, its depth); the rest as
+    Router.route takes them."""
     return await router.route(
         urls,
         depth=depth,
         claimant=claimant,
         priority=priority,
+        via=via,
         crawl=crawl,
         domains=options.domains,
         max_depth=options.max_depth,
+        confirm=confirm,
     )
 
 
