@@ -163,25 +163,6 @@ class Frontier:
         """Is-empty: burst mode's check that the work queues hold nothing, asked of the broker."""
         return Drain(self.connection, queues, tiers, pacing)
 
-    async def route_into(
-        self,
-        router: Router,
-        urls: Sequence[str],
-        *,
-        depth: int,
-        claimant: bytes,
-        crawl: str | None,
-        options: CrawlOptions = NO_OPTIONS,
-        priority: int | None = None,
-    ) -> Routed:
-        """Route URLs into crawl `crawl` (None: the default crawl) within its options' limits, counted
-        in its counts if it has one."""
-        routed = await route_within(
-            router, urls, depth=depth, claimant=claimant, crawl=crawl, options=options, priority=priority
-        )
-        await self.count(crawl, routed.counts())
-        return routed
-
     async def count(self, crawl: str | None, counts: dict[tuple[str, str], int]) -> None:
         """Add `counts` to crawl `crawl`'s counts (none for the default crawl)."""
         if crawl is not None and counts:
