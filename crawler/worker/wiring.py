@@ -1,4 +1,5 @@
-"""A crawl's moving parts wired together: seed it, consume it, reset it."""
+"""What the programs call to crawl: the domains and seeds checked, a crawl seeded, its queues consumed
+by a worker (built in crawler.worker.builder)."""
 
 from __future__ import annotations
 
