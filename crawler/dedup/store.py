@@ -53,7 +53,7 @@ MAX_CRAWL_STORES = 256  # per-crawl stores a process keeps made
 # store before (`known`) must not go on as if it were new; `reset` marks a store emptied on purpose.
 # KEYS[1] the meta hash, KEYS[2] the plain hash, ARGV[1] the layout, a tab and how the caller knows the
 # store: `known`, `new` (never used here: ask before creating it) or `create`, then a tab and 1 if the
-# store is a crawl's (its first claims open work in the crawl's counts: see _OPENED) else 0.
+# store is a crawl's (its first claims open work in the crawl's counts: see CLAIM_LUA) else 0.
 _CHECK = """
 local sent, how, counted = string.match(ARGV[1], '^(.*)\t(%a+)\t([01])$')
 local meta = redis.call('HMGET', KEYS[1], 'layout', 'rebuilding', 'reset')
@@ -72,73 +72,69 @@ elseif layout ~= sent then
 end
 """.replace("MARKER", _MISMATCH).replace("GONE", _GONE)
 
-# A crawl ends when the work it opened is all closed (crawler/frontier/crawls.py). A URL is opened
-# here, as it is first claimed and before it is published, in the claim's atomic step: opened when its
+# A pending claim, the rule of every claim in a hash of claims (this store's, and a sitemap round's,
+# crawler/frontier/sitemaps.py): a member unseen is claimed for `claimant` now (2); one pending under
+# the same claimant (its page redelivered: its publishes may not have been confirmed) is its own again
+# (1); another's is seen (0).
+# A crawl ends when the work it opened is all closed (crawler/frontier/crawls.py). A member is opened
+# as it is first claimed and before it is published, in the claim's atomic step: opened when its
 # page's outcome is counted, a link could end (and close) before it was opened, and the crawl would
-# look finished while its parent was still at work. A claim taken again by its own claimant (its
-# page redelivered) was opened by the first.
-# Claims answer 2 (claimed first now), 1 (its claimant's own, pending) or 0 (seen).
-_OPENED = (
+# look finished while its parent was still at work. A claim taken again by its own claimant was opened
+# by the first. `open_first(out, counted, counts)` opens the claims `out` answered 2, in the hash
+# `counts`, if `counted` is '1'.
+CLAIM_LUA = (
     """
-local opened = 0
-for _, x in ipairs(out) do
-  if x == 2 then opened = opened + 1 end
+local function claim(hash, member, claimant)
+  if redis.call('HSETNX', hash, member, claimant) == 1 then
+    return 2
+  elseif redis.call('HGET', hash, member) == claimant then
+    return 1
+  end
+  return 0
 end
-if counted == '1' and opened > 0 then redis.call('HINCRBY', KEYS[OPEN_KEY], '"""
+local function open_first(out, counted, counts)
+  local opened = 0
+  for _, x in ipairs(out) do
+    if x == 2 then opened = opened + 1 end
+  end
+  if counted == '1' and opened > 0 then redis.call('HINCRBY', counts, '"""
     + OPEN_FIELD
     + """', opened) end
-return out
+end
 """
 )
 
 # KEYS: meta, plain hash, the crawl's counts. ARGV: layout, claimant, fingerprints.
 _PLAIN_CLAIM = (
     _CHECK
+    + CLAIM_LUA
     + """
 local out = {}
 for i = 3, #ARGV do
-  local fp = ARGV[i]
-  if redis.call('HSETNX', KEYS[2], fp, ARGV[2]) == 1 then
-    out[#out + 1] = 2
-  elseif redis.call('HGET', KEYS[2], fp) == ARGV[2] then
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
-  end
+  out[#out + 1] = claim(KEYS[2], ARGV[i], ARGV[2])
 end
+open_first(out, counted, KEYS[3])
+return out
 """
-    + _OPENED.replace("OPEN_KEY", "3")
 )
 
-# Pending claims of compact and Bloom: unseen, or pending under the same claimant, is publishable.
-# KEYS[3] is the pending hash, ARGV[2] the claimant.
-_PENDING = """
-local function pending(fp)
-  if redis.call('HSETNX', KEYS[3], fp, ARGV[2]) == 1 then
-    return 2
-  elseif redis.call('HGET', KEYS[3], fp) == ARGV[2] then
-    return 1
-  end
-  return 0
-end
-"""
-
 # KEYS: meta, plain hash, pending, the crawl's counts, one bucket per fingerprint. ARGV: layout,
-# claimant, then (fingerprint, member) pairs.
+# claimant, then (fingerprint, member) pairs. Compact and Bloom claims pend in a hash of their own.
 _COMPACT_CLAIM = (
     _CHECK
-    + _PENDING
+    + CLAIM_LUA
     + """
 local out = {}
 for i = 1, (#ARGV - 2) / 2 do
   if redis.call('SISMEMBER', KEYS[4 + i], ARGV[2 + 2 * i]) == 1 then
     out[i] = 0
   else
-    out[i] = pending(ARGV[1 + 2 * i])
+    out[i] = claim(KEYS[3], ARGV[1 + 2 * i], ARGV[2])
   end
 end
+open_first(out, counted, KEYS[4])
+return out
 """
-    + _OPENED.replace("OPEN_KEY", "4")
 )
 
 # KEYS: meta, pending, one bucket per fingerprint. ARGV: (fingerprint, member) pairs. Returns the count.
@@ -174,7 +170,7 @@ end
 # claimant, k, bits per bitmap, then (fingerprint, h1, h2) triples.
 _BLOOM_CLAIM = (
     _CHECK
-    + _PENDING
+    + CLAIM_LUA
     + _PROBES
     + """
 local k, bits = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -191,11 +187,12 @@ for i = 1, (#ARGV - 4) / 3 do
   if all == 1 then
     out[i] = 0
   else
-    out[i] = pending(ARGV[at])
+    out[i] = claim(KEYS[3], ARGV[at], ARGV[2])
   end
 end
+open_first(out, counted, KEYS[4])
+return out
 """
-    + _OPENED.replace("OPEN_KEY", "4")
 )
 
 # A claim released (its publish failed) closes what its first claim opened: it will be claimed, and

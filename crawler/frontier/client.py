@@ -163,23 +163,6 @@ class Frontier:
         """Is-empty: burst mode's check that the work queues hold nothing, asked of the broker."""
         return Drain(self.connection, queues, tiers, pacing)
 
-    async def route_into(
-        self,
-        router: Router,
-        urls: Sequence[str],
-        *,
-        depth: int,
-        claimant: bytes,
-        crawl: str | None,
-        options: CrawlOptions = NO_OPTIONS,
-        priority: int | None = None,
-    ) -> Routed:
-        """Route URLs into crawl `crawl` (None: the default crawl) within its options' limits, counted
-        in its counts if it has one."""
-        routed = await _route(router, urls, depth, claimant, crawl, options, priority)
-        await self.count(crawl, routed.counts())
-        return routed
-
     async def count(self, crawl: str | None, counts: dict[tuple[str, str], int]) -> None:
         """Add `counts` to crawl `crawl`'s counts (none for the default crawl)."""
         if crawl is not None and counts:
@@ -198,7 +181,15 @@ class Frontier:
         options = options or NO_OPTIONS
         async with self.publishing(config) as p:
             router = await p.router(config, self.seen, self.quota)
-            routed = await _route(router, seeds, 0, SEED_CLAIMANT, crawl, options, priority)
+            routed = await route_within(
+                router,
+                seeds,
+                depth=0,
+                claimant=SEED_CLAIMANT,
+                crawl=crawl,
+                options=options,
+                priority=priority,
+            )
             state = CrawlState(self.redis, self.names) if crawl is not None else None
             exchange = await p.exchange(self.names.frontier)
             tasks = await _find_sitemaps(exchange, config, seeds, crawl, options, state)
@@ -266,24 +257,30 @@ async def reset(settings: Settings, config: CrawlConfig) -> None:
         await f.reset(config, settings.database_url)
 
 
-async def _route(
+async def route_within(
     router: Router,
     urls: Sequence[str],
+    *,
     depth: int,
     claimant: bytes,
     crawl: str | None,
-    options: CrawlOptions,
-    priority: int | None,
+    options: CrawlOptions = NO_OPTIONS,
+    priority: int | None = None,
+    via: tuple[str, ...] = (),
+    confirm: bool = True,
 ) -> Routed:
-    """Route URLs into crawl `crawl` within its options' limits (its domains, its depth)."""
+    """Route URLs into crawl `crawl` within its options' limits (its domains, its depth); the rest as
+    Router.route takes them."""
     return await router.route(
         urls,
         depth=depth,
         claimant=claimant,
         priority=priority,
+        via=via,
         crawl=crawl,
         domains=options.domains,
         max_depth=options.max_depth,
+        confirm=confirm,
     )
 
 

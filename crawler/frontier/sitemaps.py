@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from aio_pika.abc import AbstractExchange
 from redis.asyncio import Redis
 
-from crawler.dedup.store import release_claims
+from crawler.dedup.store import CLAIM_LUA, release_claims
 from crawler.errors import BadURL
 from crawler.frontier.exchanges import routing_key
 from crawler.frontier.message import CrawlMessage, SitemapTask
@@ -23,7 +23,7 @@ from crawler.frontier.publisher import Outgoing, Publisher
 from crawler.frontier.router import PublishFailed
 from crawler.frontier.scope import Scope
 from crawler.frontier.urls import host_of
-from crawler.names import MAX_PRIORITY, OPEN_FIELD, SITEMAP_ROUND_TTL, Names
+from crawler.names import MAX_PRIORITY, SITEMAP_ROUND_TTL, Names
 
 
 def new_round() -> str:
@@ -61,28 +61,21 @@ class Tasked:
     dropped: Counter[str] = field(default_factory=Counter)
 
 
-# A sitemap file's task, once per round: claimed for its claimant (the task listing it), or its own
-# again (that task redelivered); claimed first now, it opens work in the crawl's counts in the same
-# step (see crawler/dedup/store.py: opened after publishing, it could close before it opened).
+# A sitemap file's task, once per round: claimed, in the round's hash, as a page's link is in its
+# crawl's dedup store (crawler/dedup/store.py, the same rule): for its claimant (the task listing it),
+# or its own again (that task redelivered); claimed first now, it opens work in the crawl's counts in
+# the same step. Unlike a link's, the claim is never confirmed: the round's hash expires instead.
 # KEYS: the round's hash of claims, the crawl's counts. ARGV: claimant, the round's TTL (s), 1 if
-# counted, URLs. Returns 1 (publish it) or 0 per URL.
+# counted, URLs. Returns, per URL, 0 (seen) or more (publish it).
 _CLAIM = (
-    """
-local out, opened = {}, 0
+    CLAIM_LUA
+    + """
+local out = {}
 for i = 4, #ARGV do
-  if redis.call('HSETNX', KEYS[1], ARGV[i], ARGV[1]) == 1 then
-    out[#out + 1] = 1
-    opened = opened + 1
-  elseif redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[1] then
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
-  end
+  out[#out + 1] = claim(KEYS[1], ARGV[i], ARGV[1])
 end
 redis.call('EXPIRE', KEYS[1], ARGV[2])
-if ARGV[3] == '1' and opened > 0 then redis.call('HINCRBY', KEYS[2], '"""
-    + OPEN_FIELD
-    + """', opened) end
+open_first(out, ARGV[3], KEYS[2])
 return out
 """
 )

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 
 from crawler.config import CrawlConfig
-from crawler.frontier.client import NO_OPTIONS, Frontier
+from crawler.frontier.client import NO_OPTIONS, Frontier, route_within
 from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.router import PublishFailed, Router
 
@@ -52,7 +52,7 @@ class Links:
         attempt = 1
         while True:
             try:
-                done = await self._frontier.route_into(
+                done = await route_within(
                     self._router, urls, depth=depth, claimant=claimant, crawl=crawl, options=options
                 )
             except PublishFailed:  # its URLs were released: the next try claims them again
@@ -61,6 +61,7 @@ class Links:
                 attempt += 1
                 await asyncio.sleep(PUBLISH_WAIT)
                 continue
+            await self._frontier.count(crawl, done.counts())
             return dict(done.by_domain)
 
 

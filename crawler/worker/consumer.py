@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Parts:
-    """What a consumer works with, wired once (crawler.worker.wiring.parts)."""
+    """What a consumer works with, wired once (crawler.worker.builder.parts)."""
 
     live: LiveConfig
     visitor: Visitor

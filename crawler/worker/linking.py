@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from crawler.frontier.client import NO_OPTIONS, route_within
 from crawler.frontier.concurrency import short_retries
 from crawler.frontier.crawls import CrawlOptions
 from crawler.frontier.message import CrawlMessage
@@ -11,8 +12,6 @@ from crawler.frontier.router import PublishFailed, Routed, Router
 from crawler.frontier.urls import fingerprint
 from crawler.monitor.metrics import Metrics
 from crawler.worker.page import Visit, hop_id
-
-NO_OPTIONS = CrawlOptions()
 
 
 class Linking:
@@ -56,17 +55,16 @@ class Linking:
         claimant = fingerprint(parent)
         # Links inherit the page's crawl: its own dedup store, and its options' limits.
         crawl_id = crawl.crawl if crawl is not None else None
-        options = options or NO_OPTIONS
         routed = await short_retries(
             PublishFailed,
-            lambda: self._router.route(
+            lambda: route_within(
+                self._router,
                 urls,
                 depth=depth,
                 claimant=claimant,
-                via=via,
                 crawl=crawl_id,
-                domains=options.domains,
-                max_depth=options.max_depth,
+                options=options or NO_OPTIONS,
+                via=via,
                 confirm=False,
             ),
             self._wait,

@@ -15,6 +15,7 @@ import time
 
 from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, Cancelled, InvalidMessage
+from crawler.frontier.client import NO_OPTIONS
 from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.delivery import Delivery, lost
 from crawler.frontier.hosts import wait_for
@@ -37,7 +38,7 @@ from crawler.worker.delivery_end import Endings
 from crawler.worker.gate import Gate
 from crawler.worker.handling import ROBOTS, Handling, pages_log
 from crawler.worker.keeping import Keeping
-from crawler.worker.linking import NO_OPTIONS, Linking
+from crawler.worker.linking import Linking
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import DISALLOWED, Visit, Visitor
 from crawler.worker.sitemaps import SitemapReading

@@ -42,7 +42,14 @@ from crawler.parse.sitemaps import (
 from crawler.sink.sitemaps import URL_OUTCOMES, SitemapRead, SitemapStore, Validators
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import DISALLOWED, Visitor
-from crawler.worker.sitemaps.fetching import NO_VALIDATORS, SPOOL, chunks, fetch_file, rules_for_sitemaps
+from crawler.worker.sitemaps.fetching import (
+    NO_VALIDATORS,
+    SPOOL,
+    Fetched,
+    chunks,
+    fetch_file,
+    rules_for_sitemaps,
+)
 from crawler.worker.sitemaps.listing import Listing
 
 log = logging.getLogger(__name__)
@@ -140,66 +147,109 @@ class SitemapReading:
         options: CrawlOptions,
         done: SitemapDone,
     ) -> None:
-        crawl_delay = None
-        if rules.obey_robots:
-            verdict = await self._visitor.robots.check(url, rules, self._visitor.hop)
-            if verdict.refused is not None:
-                done.failure = from_error(verdict.refused)
-                await self._keep(domain, url, task, "failed", note=f"robots.txt: {done.failure.error}")
-                return
-            if verdict.unavailable is not None:
-                done.failure = Failure("transient", verdict.unavailable)
-                return
-            if not verdict.allowed:
-                await self._keep(domain, url, task, "disallowed", note=DISALLOWED)
-                return
-            crawl_delay = verdict.crawl_delay
+        allowed, crawl_delay = await self._allowed(domain, url, task, rules, done)
+        if not allowed:
+            return
         waited = await self._visitor.limiter.acquire(
             domain, lambda: budget(self._live.rules(domain), crawl_delay)
         )
         self._metrics.observe_rate_wait(domain, waited)
         stored = await asyncio.to_thread(self._store.validators, url) if not task.whole else None
         with tempfile.SpooledTemporaryFile(max_size=SPOOL) as spool:
-            asked = rules_for_sitemaps(rules)
-            fetcher = self._visitor.fetcher
             fetched = await fetch_file(
-                fetcher, self._metrics, domain, url, asked, stored, spool, self._visitor.archiving
+                self._visitor.fetcher,
+                self._metrics,
+                domain,
+                url,
+                rules_for_sitemaps(rules),
+                stored,
+                spool,
+                self._visitor.archiving,
             )
-            status = fetched.status
-            if status == 304 and stored is not None:
-                await self._keep(domain, url, task, "not_modified", status=status, validators=stored)
-                return
-            if fetched.location is not None:
-                await self._redirected(domain, url, fetched.location, message, task, status, done)
-                return
-            if status in MISSING:  # a guessed /sitemap.xml mostly: nothing failed, and nothing to retry
-                log.debug("%s: no sitemap there (HTTP %d)", url, status)
-                await self._keep(domain, url, task, "missing", status=status)
-                return
-            if fetched.failure is not None:
-                if not fetched.failure.transient:
-                    await self._keep(domain, url, task, "failed", status=status, note=fetched.failure.error)
-                done.failure = fetched.failure
-                return
-            validators, cut = fetched.validators, fetched.cut
-            if stored is not None and stored.signature == validators.signature:
-                await self._keep(domain, url, task, "unchanged", status=status, validators=validators)
+            if not await self._to_parse(domain, url, message, task, fetched, stored, done):
                 return
             spool.seek(0)
             try:
                 report, counts, routed = await self._parse(url, spool, message, task, rules, options, done)
             except SitemapError as exc:
-                why = str(exc)
-                await self._keep(domain, url, task, "failed", status=status, validators=validators, note=why)
+                await self._keep(
+                    domain, url, task, "failed", status=fetched.status, validators=fetched.validators,
+                    note=str(exc),
+                )  # fmt: skip
                 return
         if message.crawl is not None:
             done.counts.update({(d, "routed"): n for d, n in routed.items()})
+        await self._keep_read(domain, url, task, fetched, report, counts)
+
+    async def _allowed(
+        self, domain: str, url: str, task: SitemapTask, rules: Rules, done: SitemapDone
+    ) -> tuple[bool, float | None]:
+        """Whether robots.txt lets the file be read (if the domain obeys it), and its crawl delay; a
+        file it refuses is kept as such, or left to retry while robots.txt is unavailable."""
+        if not rules.obey_robots:
+            return True, None
+        verdict = await self._visitor.robots.check(url, rules, self._visitor.hop)
+        if verdict.refused is not None:
+            done.failure = from_error(verdict.refused)
+            await self._keep(domain, url, task, "failed", note=f"robots.txt: {done.failure.error}")
+            return False, None
+        if verdict.unavailable is not None:
+            done.failure = Failure("transient", verdict.unavailable)
+            return False, None
+        if not verdict.allowed:
+            await self._keep(domain, url, task, "disallowed", note=DISALLOWED)
+            return False, None
+        return True, verdict.crawl_delay
+
+    async def _to_parse(
+        self,
+        domain: str,
+        url: str,
+        message: CrawlMessage,
+        task: SitemapTask,
+        fetched: Fetched,
+        stored: Validators | None,
+        done: SitemapDone,
+    ) -> bool:
+        """Whether the fetched file is to be parsed; if not, what it came to is kept (not modified,
+        redirected, missing, failed or unchanged)."""
+        status = fetched.status
+        if status == 304 and stored is not None:
+            await self._keep(domain, url, task, "not_modified", status=status, validators=stored)
+            return False
+        if fetched.location is not None:
+            await self._redirected(domain, url, fetched.location, message, task, status, done)
+            return False
+        if status in MISSING:  # a guessed /sitemap.xml mostly: nothing failed, and nothing to retry
+            log.debug("%s: no sitemap there (HTTP %d)", url, status)
+            await self._keep(domain, url, task, "missing", status=status)
+            return False
+        if fetched.failure is not None:
+            if not fetched.failure.transient:
+                await self._keep(domain, url, task, "failed", status=status, note=fetched.failure.error)
+            done.failure = fetched.failure
+            return False
+        if stored is not None and stored.signature == fetched.validators.signature:
+            await self._keep(domain, url, task, "unchanged", status=status, validators=fetched.validators)
+            return False
+        return True
+
+    async def _keep_read(
+        self,
+        domain: str,
+        url: str,
+        task: SitemapTask,
+        fetched: Fetched,
+        report: SitemapReport,
+        counts: Counter[str],
+    ) -> None:
+        """Keep a parsed file's reading: what its entries became, and why it was cut short if it was."""
         for why, n in report.skipped.items():
             counts[f"unreadable: {why}"] += n
-        note = report.truncated or (f"cut after {MAX_BYTES} bytes" if cut else None)
+        note = report.truncated or (f"cut after {MAX_BYTES} bytes" if fetched.cut else None)
         await self._keep(
-            domain, url, task, "read", status=status, validators=validators, counts=counts, note=note,
-            kind=str(report.kind) if report.kind else None,
+            domain, url, task, "read", status=fetched.status, validators=fetched.validators, counts=counts,
+            note=note, kind=str(report.kind) if report.kind else None,
         )  # fmt: skip
         log.info("%s; %s", report.summary(), ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
 
