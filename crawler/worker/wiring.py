@@ -27,6 +27,7 @@ from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.names import Names
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlStore
+from crawler.sink.database import Database, opened
 from crawler.sink.domains import DomainStore
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.schedule import Schedule
@@ -82,14 +83,14 @@ def parts(
     fetcher: Fetcher,
     metrics: Metrics,
     backend: str = "gateway",
-    database_url: str | None = None,
+    database: Database | None = None,
     archive: Archive | None = None,
     content: Contents | None = None,
 ) -> Parts:
     """A consumer's parts, each made once: the live configuration, the page visit, dedup, quota, cost
-    and writes; with `database_url`, what sitemap tasks read and write in the sink; with `archive`,
-    where the answers of domains with `archive: true` are written; with `content`, what makes the
-    content of domains with `content:` on."""
+    and writes; with `database` (the sink's), what sitemap tasks, kept back-offs and crawl records
+    read and write in it; with `archive`, where the answers of domains with `archive: true` are
+    written; with `content`, what makes the content of domains with `content:` on."""
     live = LiveConfig(config)
     archiving = None
     if archive is not None:
@@ -102,8 +103,8 @@ def parts(
     cost = Cost(f.redis, names, metrics, backend)
     quota = PageQuota(f.redis, names)
     # Pauses and back-offs kept where a Redis loss cannot reach them.
-    domain_state = DomainStore(database_url) if database_url else None
-    records = CrawlStore(database_url) if database_url else None
+    domain_state = DomainStore(database) if database else None
+    records = CrawlStore(database) if database else None
     backoffs = KeptBackoffs(domain_state) if domain_state else None
     visit = visitor(live, f.redis, names, fetcher, archiving, backoffs, content)
     admission = Admission(f.redis, names, visit.limiter, visit.robots, live.rules)
@@ -118,8 +119,8 @@ def parts(
         f.recovery,
         admission,
         f.redis,
-        SitemapStore(database_url) if database_url else None,
-        Schedule(database_url) if database_url else None,
+        SitemapStore(database) if database else None,
+        Schedule(database) if database else None,
         domain_state,
         backoffs,
         records,
@@ -217,19 +218,22 @@ async def consume(
     tuning: Tuning = DEFAULT_TUNING,
     more: Callable[[], bool] = lambda: False,
     crawl: str | None = None,
+    database: Database | None = None,
 ) -> Consumed:
     """Consume the chosen domains' queues (after routing `seeds`) until stopped or drained.
 
     With `config_path`, edits of that file (or SIGHUP) reconfigure the running consumer. In burst
     mode, `more()` says work is still to come from outside the queues: not drained while it does,
     and `crawl` (the one this process began) is marked finished once drained, interrupted if not.
+    Every part uses `database`, the process's (None: one of its own, closed at the end).
     """
     monitoring = monitoring or Monitoring()
     chosen = check_domains(config, domains)
     canonical_seeds = check_seeds(config, seeds)
-    await asyncio.to_thread(migrate, settings.database_url)
     async with AsyncExitStack() as stack:
-        f = await stack.enter_async_context(frontier(settings, role, config))
+        db = stack.enter_context(opened(database or settings.database_url))
+        await asyncio.to_thread(migrate, db)
+        f = await stack.enter_async_context(frontier(settings, role, config, db))
         # Publishing on its own connection: RabbitMQ throttles a connection that publishes faster
         # than its queues take, and on a shared one that would hold up deliveries and acks too.
         blocking = connections.Blocking(connections.process_label(f"{role} publisher"))
@@ -237,8 +241,7 @@ async def consume(
         publishing = await stack.enter_async_context(
             connections.broker(settings.amqp_url, f"{role} publisher", blocking)
         )
-        sink = Sink(settings.database_url)
-        stack.callback(sink.close)
+        sink = Sink(db)
         fetcher, backend = make_fetchers(config, settings)
         stack.push_async_callback(fetcher.aclose)
         if isinstance(fetcher, RoutingFetcher) and fetcher.api is not None:
@@ -263,13 +266,10 @@ async def consume(
             fetcher,
             monitoring.metrics,
             backend,
-            settings.database_url,
+            db,
             archive,
             content,
         )
-        for closing in (made.sitemap_store, made.schedule, made.domain_state, made.crawl_records):
-            if closing is not None:
-                stack.callback(closing.close)
         consumer = Consumer(
             made,
             f,
