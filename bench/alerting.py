@@ -40,6 +40,7 @@ from crawler.monitor.alerting import ALERT_EVERY, Alerting
 from crawler.names import COVERAGE_ALERT_KEY, Names
 from crawler.quality.coverage import ITEMS, fill_kind
 from crawler.sink.crawls import CrawlRecord, CrawlStore
+from crawler.sink.database import Database
 from crawler.sink.sql import migrate
 
 DOMAIN = "127.0.0.31"
@@ -142,7 +143,8 @@ async def measure(args: argparse.Namespace) -> list[float]:
     ):
         config = configure(Path(work) / "domains.yaml")
         await asyncio.to_thread(migrate, database_url)
-        store = CrawlStore(database_url)
+        store_db = Database(database_url)
+        store = CrawlStore(store_db)
         redis = Redis.from_url(services.REDIS_URL)
         try:
             for _ in range(args.runs):
@@ -150,7 +152,7 @@ async def measure(args: argparse.Namespace) -> list[float]:
                 waits.append(wait)
         finally:
             await redis.aclose()
-            store.close()
+            store_db.close()
     return waits
 
 

@@ -27,6 +27,7 @@ from typing import Any, LiteralString
 import psycopg
 
 from bench import services
+from crawler.sink.database import Database
 from crawler.sink.sql import PageRecord, Sink, migrate
 
 BATCH = 256
@@ -135,7 +136,8 @@ def _records(pages: int, count: int, history: bool) -> list[list[PageRecord]]:
 
 async def _store(database_url: str, batches: Sequence[Sequence[PageRecord]]) -> tuple[int, float]:
     """Store the batches one after another; (versions made, seconds)."""
-    sink = Sink(database_url)
+    sink_db = Database(database_url)
+    sink = Sink(sink_db)
     try:
         made = 0
         started = time.monotonic()
@@ -143,7 +145,7 @@ async def _store(database_url: str, batches: Sequence[Sequence[PageRecord]]) -> 
             made += len(await sink.store_many(batch))
         return made, time.monotonic() - started
     finally:
-        sink.close()
+        sink_db.close()
 
 
 def _rates(database_url: str, pages: int, count: int) -> list[tuple[bool, int, float]]:

@@ -34,6 +34,7 @@ from crawler.dedup.store import SeenStore
 from crawler.frontier.recovery import REBUILD_BATCH, Recovery
 from crawler.names import Names
 from crawler.sink.crawls import CrawlRecord, CrawlStore
+from crawler.sink.database import Database
 from crawler.sink.sql import create_sink_engine, engine_url, migrate
 from crawler.sink.stored import StoredPages
 from crawler.sink.tables import Page
@@ -92,25 +93,27 @@ def seed(url: str, rows: int) -> float:
                 conn.execute(insert(Page), chunk)
     finally:
         engine.dispose()
-    store = CrawlStore(url)
+    store_db = Database(url)
+    store = CrawlStore(store_db)
     try:
         options = {"domains": None, "max_depth": None, "max_pages": None, "priority": None}
         store.add(CrawlRecord(CRAWL, "bench", "running", [], options, now, None, None))
     finally:
-        store.close()
+        store_db.close()
     return time.perf_counter() - started
 
 
 def read_only(url: str, batch: int) -> tuple[int, float]:
     """The sink's part alone: every URL of the crawl read B at a time; (rows, seconds)."""
-    pages = StoredPages(url)
+    pages_db = Database(url)
+    pages = StoredPages(pages_db)
     started = time.perf_counter()
     after, rows = 0, 0
     try:
         while found := pages.urls(CRAWL, after, batch):
             after, rows = found[-1][0], rows + len(found)
     finally:
-        pages.close()
+        pages_db.close()
     return rows, time.perf_counter() - started
 
 
@@ -120,7 +123,8 @@ async def rebuild(url: str, mode: str, batch: int, rows: int) -> tuple[int, floa
     try:
         with services.key_prefix("rebuildbench") as prefix:
             names = Names(prefix)
-            recovery = Recovery(client, names, url, batch=batch)
+            recovery_db = Database(url)
+            recovery = Recovery(client, names, recovery_db, batch=batch)
             try:
                 config = DedupConfig.model_validate({"mode": mode, "capacity": max(rows, 1000)})
                 store = SeenStore(client, names, config, recovery).for_crawl(CRAWL)
@@ -128,7 +132,7 @@ async def rebuild(url: str, mode: str, batch: int, rows: int) -> tuple[int, floa
                 ((_, rebuilt, seconds),) = recovery.rebuilds
                 return rebuilt, seconds
             finally:
-                recovery.close()
+                recovery_db.close()
     finally:
         await client.aclose()
 

@@ -26,6 +26,7 @@ from bench.site import SiteSpec, pages
 from crawler.archive import Archive, Exchange
 from crawler.config import CrawlConfig
 from crawler.reparse.run import Progress, Reparser
+from crawler.sink.database import Database
 from crawler.sink.reparsed import ReparseStore, Selection
 from crawler.sink.sql import PageRecord, Sink, migrate
 
@@ -41,7 +42,8 @@ EXTRACT = {
 async def build(spec: SiteSpec, directory: Path, database_url: str) -> int:
     """The archive and rows of every page of `spec`; how many."""
     migrate(database_url)
-    sink = Sink(database_url)
+    sink_db = Database(database_url)
+    sink = Sink(sink_db)
     n = 0
     try:
         async with Archive(directory, max_bytes=1_000_000_000, prefix="bench") as archive:
@@ -58,7 +60,7 @@ async def build(spec: SiteSpec, directory: Path, database_url: str) -> int:
             await sink.store_many(batch)
             n += len(batch)
     finally:
-        sink.close()
+        sink_db.close()
     return n
 
 
@@ -66,12 +68,13 @@ async def measure(config: CrawlConfig, database_url: str, directory: Path, worke
     """One run over every page with `workers` processes, the rows cleared first."""
     with sqlite3.connect(database_url.removeprefix("sqlite:///")) as conn:
         conn.execute("UPDATE pages SET title = NULL, data = NULL, markdown = NULL, text = NULL, lang = NULL")
-    store = ReparseStore(database_url)
+    store_db = Database(database_url)
+    store = ReparseStore(store_db)
     try:
         reparser = Reparser(config, store, str(directory), Selection(), workers=workers, links=None)
         return await reparser.run(asyncio.Event(), lambda _: None)
     finally:
-        store.close()
+        store_db.close()
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from crawler.sink.database import Database
 from crawler.sink.sql import PageRecord, Sink, migrate
 from demo.site import free_port
 from tests.support.services import AMQP_HOST, crawler_command, env_for, settings_for
@@ -253,11 +254,12 @@ async def test_a_closed_pipe_ends_a_command_quietly(
     crawl_env: dict[str, str], tmp_path: Path, args: tuple[str, ...]
 ) -> None:
     database = crawl_env["CRAWLER_DATABASE_URL"]
-    sink = Sink(database)
+    sink_db = Database(database)
+    sink = Sink(sink_db)
     try:
         await sink.store_many([PageRecord(f"http://a.test/{i}", "a.test", 0, 1) for i in range(50)])
     finally:
-        sink.close()
+        sink_db.close()
     seeded = subprocess.run(
         crawler_command("crawler", "seed", "http://a.test/"), env=crawl_env, capture_output=True, timeout=60
     )

@@ -24,6 +24,7 @@ from crawler.scheduler.running import scheduling
 from crawler.service import Control, CrawlView, NewCrawl, check_crawl
 from crawler.service.inputs import CrawlRequest
 from crawler.settings import Settings
+from crawler.sink.database import Database
 from crawler.worker import background, wiring
 
 # The flag (or argument) of each field of a crawl request, for its errors.
@@ -90,14 +91,26 @@ def crawl(args: argparse.Namespace) -> int:
 async def _crawl(
     settings: Settings, config: CrawlConfig, args: argparse.Namespace, new: NewCrawl | None
 ) -> int:
+    # One database for each part of the crawl: resetting, beginning, recrawling, consuming.
+    with Database(settings.database_url) as database:
+        return await _crawl_in(database, settings, config, args, new)
+
+
+async def _crawl_in(
+    database: Database,
+    settings: Settings,
+    config: CrawlConfig,
+    args: argparse.Namespace,
+    new: NewCrawl | None,
+) -> int:
     if args.fresh:
-        await reset_frontier(settings, config)
-    crawl = None if new is None else await _begin(settings, config, new)
+        await reset_frontier(settings, config, database)
+    crawl = None if new is None else await _begin(settings, config, new, database)
     started = time.monotonic()
     metrics = Metrics()
     progress = Progress(metrics, wiring.check_domains(config, None))
     async with AsyncExitStack() as stack:
-        more = await stack.enter_async_context(_recrawling(settings, config, args.recrawl))
+        more = await stack.enter_async_context(_recrawling(settings, config, args.recrawl, database))
         await stack.enter_async_context(background(progress.run()))
         consumed = await wiring.consume(
             settings,
@@ -109,15 +122,16 @@ async def _crawl(
             monitoring=monitoring(args, metrics),
             more=more,
             crawl=crawl,
+            database=database,
         )
     print(summary(consumed.stats, time.monotonic() - started))
     return crawl_ended(consumed.ending, crawl)
 
 
-async def _begin(settings: Settings, config: CrawlConfig, new: NewCrawl) -> str:
+async def _begin(settings: Settings, config: CrawlConfig, new: NewCrawl, database: Database) -> str:
     """A new crawl for `crawler crawl`, said with how many messages were queued before it (left by others)."""
     check_crawl(config, new)
-    async with Control.open(settings, config, "crawler crawl") as control:
+    async with Control.open(settings, config, "crawler crawl", database=database) as control:
         left = sum(d.depth for d in await control.domains.listed())
         view: CrawlView = await control.crawls.create(new)
     print(f"crawl {view.id}", file=sys.stderr)
@@ -132,7 +146,7 @@ async def _begin(settings: Settings, config: CrawlConfig, new: NewCrawl) -> str:
 
 @asynccontextmanager
 async def _recrawling(
-    settings: Settings, config: CrawlConfig, which: str | None
+    settings: Settings, config: CrawlConfig, which: str | None, database: Database
 ) -> AsyncIterator[Callable[[], bool]]:
     """`crawl --recrawl`: a scheduler publishing what is due alongside; what says it has more."""
     if which is None:
@@ -141,7 +155,7 @@ async def _recrawling(
     domains = sorted(d for d, r in config.rules.items() if which == "all" or r.recrawls)
     async with (
         connections.broker(settings.amqp_url, "crawler crawl scheduler") as connection,
-        scheduling(settings, lambda: config, connection) as scheduler,
+        scheduling(settings, lambda: config, connection, database=database) as scheduler,
     ):
         if which == "all":
             await scheduler.make_due(domains)

@@ -19,6 +19,7 @@ from crawler.errors import CrawlerError
 from crawler.programs import closed_pipe
 from crawler.service import Control
 from crawler.settings import Settings
+from crawler.sink.database import Database, opened
 from crawler.sink.export import FORMATS, Query, export, parse_since
 from crawler.sink.export_object import export_to_object
 from crawler.sink.prune import Pruner
@@ -35,11 +36,12 @@ def export_verb(args: argparse.Namespace) -> int:
         changed = parse_since(args.changed_since, "--changed-since") if args.changed_since else None
         query = Query(args.domain, since, args.history, changed, args.dataset, args.invalid)
         settings = Settings.from_env()
-        check_schema(settings.database_url)
-        if args.to:
-            count = export_to_object(settings, args.format, args.to, query)
-        else:
-            count = export(settings.database_url, args.format, args.out, query)
+        with Database(settings.database_url) as database:
+            check_schema(database)
+            if args.to:
+                count = export_to_object(settings, args.format, args.to, query, database)
+            else:
+                count = export(database, args.format, args.out, query)
     except CrawlerError as exc:
         return failed(exc)
     except BrokenPipeError:
@@ -59,9 +61,9 @@ def prune(args: argparse.Namespace) -> int:
     try:
         settings, config = settings_and_config(args)
         domains = wiring.check_domains(config, args.prune_domains)
-        check_schema(settings.database_url)
-        pruner = Pruner(settings.database_url)
-        try:
+        with Database(settings.database_url) as database:
+            check_schema(database)
+            pruner = Pruner(database)
             for domain in domains:
                 history = config.rules[domain].history
                 if history is None:
@@ -70,8 +72,6 @@ def prune(args: argparse.Namespace) -> int:
                 deleted = pruner.prune(domain, history, args.dry_run)
                 done = "would be deleted (dry run)" if args.dry_run else "deleted"
                 print(f"{domain:<24} {deleted:>10} versions {done}")
-        finally:
-            pruner.close()
     except CrawlerError as exc:
         return failed(exc)
     except BrokenPipeError:
@@ -92,21 +92,21 @@ def sitemaps(args: argparse.Namespace) -> int:
 
 
 async def _read(args: argparse.Namespace, settings: Settings, config: CrawlConfig) -> int:
-    async with Control.open(settings, config, "crawler sitemaps", "check") as control:
-        began = await control.recrawls.read_sitemaps(args.domain)
-    print(f"{args.domain}: a round of reading its sitemaps began at {began} origin(s)", file=sys.stderr)
-    return _show(args, settings, config)
+    with Database(settings.database_url) as database:
+        async with Control.open(settings, config, "crawler sitemaps", "check", database) as control:
+            began = await control.recrawls.read_sitemaps(args.domain)
+        print(f"{args.domain}: a round of reading its sitemaps began at {began} origin(s)", file=sys.stderr)
+        return _show(args, settings, config, database)
 
 
-def _show(args: argparse.Namespace, settings: Settings, config: CrawlConfig) -> int:
+def _show(
+    args: argparse.Namespace, settings: Settings, config: CrawlConfig, database: Database | None = None
+) -> int:
     try:
         [domain] = wiring.check_domains(config, [args.domain])
-        check_schema(settings.database_url)
-        store = SitemapStore(settings.database_url)
-        try:
-            read = store.files(domain)
-        finally:
-            store.close()
+        with opened(database or settings.database_url) as db:
+            check_schema(db)
+            read = SitemapStore(db).files(domain)
     except CrawlerError as exc:
         return failed(exc)
     try:

@@ -29,6 +29,7 @@ from crawler.reparse.linking import links_into
 from crawler.reparse.run import Progress, Reparser
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlStore
+from crawler.sink.database import Database
 from crawler.sink.export import parse_since
 from crawler.sink.reparsed import ReparseStore, Selection
 from crawler.sink.sql import migrate
@@ -82,22 +83,27 @@ async def _reparse(settings: Settings, config: CrawlConfig, args: argparse.Names
         raise ConfigError(
             f"no archive directory {settings.archive_dir!r}: set CRAWLER_ARCHIVE_DIR to the workers' one"
         )
-    await asyncio.to_thread(migrate, settings.database_url)
+    with Database(settings.database_url) as db:
+        return await _reparse_in(db, settings, config, args, Reparsing(ReparseStore(db), source, selection))
+
+
+async def _reparse_in(
+    db: Database, settings: Settings, config: CrawlConfig, args: argparse.Namespace, what: Reparsing
+) -> int:
+    """`_reparse` over the process's one database."""
+    await asyncio.to_thread(migrate, db)
     stop = _Stop()
     with _taking_signals(stop):
-        store = ReparseStore(settings.database_url)
-        try:
-            before = await _kept_coverage(settings, args.crawl)
-            done = await _reparsed(settings, config, args, Reparsing(store, source, selection), stop.event)
-        finally:
-            store.close()
+        before = await _kept_coverage(db, args.crawl)
+        done = await _reparsed(db, settings, config, args, what, stop.event)
     resumed = " (resumed)" if done.resumed else ""
     print(
         f"{done.done:,} pages read again{resumed}: {done.changed:,} changed, {done.skipped:,} not pages "
         f"(redirects, errors, not HTML), {done.failed:,} unreadable, {done.links:,} links routed"
     )
-    after = await _kept_coverage(settings, args.crawl)
+    after = await _kept_coverage(db, args.crawl)
     if args.crawl and before is not None and after:
+        domains = what.selection.domains
         chosen = {d: c for d, c in after.items() if not domains or d in domains}
         limits = {d: thresholds(config, d) for d in chosen}
         print(render_quality(reparse_report(args.crawl, before, chosen, limits)))
@@ -117,11 +123,16 @@ class Reparsing:
 
 
 async def _reparsed(
-    settings: Settings, config: CrawlConfig, args: argparse.Namespace, what: Reparsing, stop: asyncio.Event
+    db: Database,
+    settings: Settings,
+    config: CrawlConfig,
+    args: argparse.Namespace,
+    what: Reparsing,
+    stop: asyncio.Event,
 ) -> Progress:
     async with AsyncExitStack() as stack:
         links = None
-        f = await stack.enter_async_context(frontier(settings, "crawler reparse", config))
+        f = await stack.enter_async_context(frontier(settings, "crawler reparse", config, db))
         # The versions it makes reach the change feed as a worker's do.
         feed = await stack.enter_async_context(feed_on(f.connection, config, settings.names))
         if not args.no_links:
@@ -159,16 +170,12 @@ def _reporter() -> Callable[[Progress], None]:
     return report
 
 
-async def _kept_coverage(settings: Settings, crawl: str | None) -> dict[str, Coverage] | None:
+async def _kept_coverage(db: Database, crawl: str | None) -> dict[str, Coverage] | None:
     """An ended crawl's coverage per domain as its row keeps it (what a re-parse corrects); None if
     there is no such crawl, or it has not ended (its counts are its workers')."""
     if crawl is None:
         return None
-    records = CrawlStore(settings.database_url)
-    try:
-        record = await asyncio.to_thread(records.get, crawl)
-    finally:
-        records.close()
+    record = await asyncio.to_thread(CrawlStore(db).get, crawl)
     return None if record is None or record.counts is None else coverage_of(record.counts)
 
 

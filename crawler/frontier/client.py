@@ -34,6 +34,7 @@ from crawler.frontier.urls import host_of
 from crawler.names import CLOSE_WAIT, Names
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlStore
+from crawler.sink.database import Database, opened
 from crawler.sink.sql import migrate
 
 log = logging.getLogger(__name__)
@@ -198,16 +199,13 @@ class Frontier:
         await self.count(crawl, counts)
         return routed
 
-    async def reset(self, config: CrawlConfig, database_url: str) -> None:
+    async def reset(self, config: CrawlConfig, database: Database) -> None:
         """Forget what was seen and purge the work queues, so the next seeds start a fresh crawl; the
         crawls still running are marked interrupted first, with their counts (which go with the rest)."""
-        records = CrawlStore(database_url)
-        try:
-            crawls = CrawlState(self.redis, self.names, records=records)
-            for record in await asyncio.to_thread(records.list, "running"):
-                await crawls.end(record.id, "interrupted")
-        finally:
-            records.close()
+        records = CrawlStore(database)
+        crawls = CrawlState(self.redis, self.names, records=records)
+        for record in await asyncio.to_thread(records.list, "running"):
+            await crawls.end(record.id, "interrupted")
         await self.declare(config)
         channel = await self.connection.channel()
         try:
@@ -227,18 +225,19 @@ class Frontier:
 
 @asynccontextmanager
 async def frontier(
-    settings: Settings, role: str, config: CrawlConfig | None = None
+    settings: Settings, role: str, config: CrawlConfig | None = None, database: Database | None = None
 ) -> AsyncIterator[Frontier]:
     """Connect to RabbitMQ and Redis; the dedup store is laid out as `config` says (default: plain).
 
-    A dedup store Redis lost is rebuilt from the pages in the database.
+    A dedup store Redis lost is rebuilt from the pages in `database` (the process's; None: one of
+    its own, closed with it).
     """
     async with AsyncExitStack() as stack:
         connection = await stack.enter_async_context(connections.broker(settings.amqp_url, role))
         redis = await stack.enter_async_context(connections.redis(settings.redis_url))
         dedup = config.dedup if config is not None else None
-        recovery = Recovery(redis, settings.names, settings.database_url)
-        stack.callback(recovery.close)
+        db = stack.enter_context(opened(database or settings.database_url))
+        recovery = Recovery(redis, settings.names, db)
         seen = SeenStore(redis, settings.names, dedup, recovery)
         yield Frontier(connection, redis, seen, recovery, settings.names)
 
@@ -250,11 +249,13 @@ async def routing(settings: Settings, config: CrawlConfig, role: str) -> AsyncIt
         yield router
 
 
-async def reset(settings: Settings, config: CrawlConfig) -> None:
-    """Reset the crawl (Frontier.reset) over a connection of its own, the schema migrated first."""
-    await asyncio.to_thread(migrate, settings.database_url)
-    async with frontier(settings, "crawler reset") as f:
-        await f.reset(config, settings.database_url)
+async def reset(settings: Settings, config: CrawlConfig, database: Database | None = None) -> None:
+    """Reset the crawl (Frontier.reset) over a connection of its own, the schema migrated first;
+    `database`: the process's (None: one of its own)."""
+    with opened(database or settings.database_url) as db:
+        await asyncio.to_thread(migrate, db)
+        async with frontier(settings, "crawler reset", database=db) as f:
+            await f.reset(config, db)
 
 
 async def route_within(

@@ -26,6 +26,7 @@ from crawler.frontier.crawls import CrawlOptions
 from crawler.frontier.urls import fingerprint
 from crawler.names import REBUILD_LOCK_TTL, Names
 from crawler.sink.crawls import CrawlStore
+from crawler.sink.database import Database
 from crawler.sink.stored import StoredPages
 
 log = logging.getLogger(__name__)
@@ -58,15 +59,15 @@ class Recovery:
         self,
         redis: Redis,
         names: Names,
-        database_url: str,
+        database: Database,
         *,
         batch: int = REBUILD_BATCH,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._redis = redis
         self._names = names
-        self._pages = StoredPages(database_url)
-        self._crawls = CrawlStore(database_url)
+        self._pages = StoredPages(database)
+        self._crawls = CrawlStore(database)
         self._batch = batch
         self._clock = clock
         self._raise = redis.register_script(_RAISE)
@@ -74,11 +75,6 @@ class Recovery:
         self._release = redis.register_script(_RELEASE)
         self._rebuilt: dict[str | None, tuple[float, bool]] = {}  # crawl -> (when read, rebuilt)
         self.rebuilds: list[tuple[str | None, int, float]] = []  # (crawl, rows, seconds) done here
-
-    def close(self) -> None:
-        """Close the database connections."""
-        self._pages.close()
-        self._crawls.close()
 
     async def __call__(self, store: SeenStore, how: str) -> None:
         """Make `store` usable again: made afresh if its crawl stored no page yet, else rebuilt."""

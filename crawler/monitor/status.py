@@ -25,6 +25,7 @@ from crawler.monitor.quality import current_quality
 from crawler.quality.report import alerts_json
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlRecord, CrawlStore
+from crawler.sink.database import Database
 from crawler.sink.schedule import Backlog, Schedule
 from crawler.sink.sitemaps import URL_OUTCOMES, SitemapStore
 from crawler.sink.sql import Sink, check_schema
@@ -189,37 +190,28 @@ class _Stored:
     crawls: list[CrawlRecord]
 
 
-def _stored(database_url: str, domains: list[str]) -> _Stored:
-    check_schema(database_url)  # a status read creates nothing
-    sink, schedule, sitemaps = Sink(database_url), Schedule(database_url), SitemapStore(database_url)
-    crawls = CrawlStore(database_url)
-    try:
-        now = datetime.now(UTC)
-        since = now - timedelta(seconds=RATE_WINDOW)
-        return _Stored(
-            sink.counts(),
-            sink.counts_since(since),
-            sink.credits(),
-            schedule.backlog(domains, now),
-            schedule.found(domains),
-            sitemaps.totals(domains),
-            crawls.list(None, None),
-        )
-    finally:
-        sink.close()
-        schedule.close()
-        sitemaps.close()
-        crawls.close()
+def _stored(database: Database, domains: list[str]) -> _Stored:
+    check_schema(database)  # a status read creates nothing
+    sink, schedule, sitemaps = Sink(database), Schedule(database), SitemapStore(database)
+    now = datetime.now(UTC)
+    since = now - timedelta(seconds=RATE_WINDOW)
+    return _Stored(
+        sink.counts(),
+        sink.counts_since(since),
+        sink.credits(),
+        schedule.backlog(domains, now),
+        schedule.found(domains),
+        sitemaps.totals(domains),
+        CrawlStore(database).list(None, None),
+    )
 
 
-async def _quality_alerts(settings: Settings, config: CrawlConfig) -> list[dict[str, str]]:
+async def _quality_alerts(
+    settings: Settings, config: CrawlConfig, database: Database
+) -> list[dict[str, str]]:
     """The coverage alerts (docs/quality.md) of the running crawls, and of the newest crawl if it ended."""
-    store = CrawlStore(settings.database_url)
-    try:
-        async with connections.redis(settings.redis_url) as redis:
-            reports = await current_quality(CrawlState(redis, settings.names), store, config)
-    finally:
-        store.close()
+    async with connections.redis(settings.redis_url) as redis:
+        reports = await current_quality(CrawlState(redis, settings.names), CrawlStore(database), config)
     return alerts_json(reports)
 
 
@@ -241,13 +233,20 @@ async def _skipped(settings: Settings, crawls: list[CrawlRecord]) -> dict[str, i
 
 
 async def status(
-    settings: Settings, config: CrawlConfig, connection: AbstractRobustConnection | None = None
+    settings: Settings,
+    config: CrawlConfig,
+    connection: AbstractRobustConnection | None = None,
+    database: Database | None = None,
 ) -> dict[str, Any]:
     """The crawl's status as plain data (what `crawler status --json` prints); ServiceUnavailable if
-    the broker, Redis or the database cannot be read. `connection`: the broker's, else one of its own."""
+    the broker, Redis or the database cannot be read. `connection`: the broker's, else one of its own;
+    `database`: the process's, else one of its own for this read."""
     if connection is None:
         async with connections.broker(settings.amqp_url, "crawler status") as own:
-            return await status(settings, config, own)
+            return await status(settings, config, own, database)
+    if database is None:
+        with Database(settings.database_url) as own_database:
+            return await status(settings, config, connection, own_database)
     names = settings.names
     extra = [names.unrouted, names.dead, *(names.retry_queue(d) for d in config.retry_tiers)]
     chosen = sorted(config.domains)
@@ -255,11 +254,11 @@ async def status(
     queues = [q for d in chosen for q in bands[d]]
     (depths, source), stored, found = await asyncio.gather(
         queue_depths(settings, queues + extra, connection),
-        asyncio.to_thread(_stored, settings.database_url, chosen),
+        asyncio.to_thread(_stored, database, chosen),
         _workers(settings),
     )
     skipped = await _skipped(settings, stored.crawls)
-    alerts = await _quality_alerts(settings, config)  # the schema was checked by _stored
+    alerts = await _quality_alerts(settings, config, database)  # the schema was checked by _stored
     missing = QueueDepth("", 0, None, 0)
     now = datetime.now(UTC)
     domains = []
@@ -450,14 +449,17 @@ def rich_tables(data: dict[str, Any]) -> Group:
 
 async def watch(settings: Settings, config: CrawlConfig, every: float, console: Console) -> None:
     """Refresh the status every `every` seconds until interrupted: a live table on a terminal."""
-    async with connections.broker(settings.amqp_url, "crawler status") as connection:
-        if not console.is_terminal:
-            while True:
-                data = await status(settings, config, connection)
-                console.print(render(data), highlight=False, markup=False)
-                console.print()
-                await asyncio.sleep(every)
-        with Live(console=console, auto_refresh=False) as live:
-            while True:
-                live.update(rich_tables(await status(settings, config, connection)), refresh=True)
-                await asyncio.sleep(every)
+    with Database(settings.database_url) as database:
+        async with connections.broker(settings.amqp_url, "crawler status") as connection:
+            if not console.is_terminal:
+                while True:
+                    data = await status(settings, config, connection, database)
+                    console.print(render(data), highlight=False, markup=False)
+                    console.print()
+                    await asyncio.sleep(every)
+            with Live(console=console, auto_refresh=False) as live:
+                while True:
+                    live.update(
+                        rich_tables(await status(settings, config, connection, database)), refresh=True
+                    )
+                    await asyncio.sleep(every)

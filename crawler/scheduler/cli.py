@@ -27,6 +27,7 @@ from crawler.scheduler.metrics import SchedulerMetrics
 from crawler.scheduler.running import scheduling
 from crawler.scheduler.scheduler import AHEAD, LEASE, Timing
 from crawler.settings import Settings
+from crawler.sink.database import Database
 from crawler.sink.sql import migrate
 
 log = logging.getLogger("crawler.scheduler")
@@ -114,7 +115,12 @@ def _mtime(path: Path) -> float | None:
 
 async def serve(settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
     """Publish what is due until SIGTERM or SIGINT."""
-    await asyncio.to_thread(migrate, settings.database_url)
+    with Database(settings.database_url) as db:
+        await _serve(db, settings, config, args)
+
+
+async def _serve(db: Database, settings: Settings, config: CrawlConfig, args: argparse.Namespace) -> None:
+    await asyncio.to_thread(migrate, db)
     metrics = SchedulerMetrics()
     live = _Live(settings.config_path, config)
     timing = Timing(ahead=args.ahead, lease=args.lease)
@@ -131,7 +137,7 @@ async def serve(settings: Settings, config: CrawlConfig, args: argparse.Namespac
     try:
         async with (
             connections.broker(settings.amqp_url, "crawler-scheduler") as connection,
-            scheduling(settings, live, connection, timing=timing, metrics=metrics) as scheduler,
+            scheduling(settings, live, connection, timing=timing, metrics=metrics, database=db) as scheduler,
         ):
             stop = asyncio.Event()
             where = f"; metrics on http://{args.metrics_addr}:{server.port}/metrics" if server else ""

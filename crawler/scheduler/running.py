@@ -12,6 +12,7 @@ from crawler.frontier.publisher import Publisher
 from crawler.scheduler.metrics import SchedulerMetrics
 from crawler.scheduler.scheduler import DEFAULT_TIMING, Scheduler, Timing
 from crawler.settings import Settings
+from crawler.sink.database import Database, opened
 from crawler.sink.schedule import Schedule
 
 
@@ -24,20 +25,19 @@ async def scheduling(
     timing: Timing = DEFAULT_TIMING,
     metrics: SchedulerMetrics | None = None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    database: Database | None = None,
 ) -> AsyncIterator[Scheduler]:
-    """A scheduler publishing on `connection` (a channel of its own, with confirms) from the sink."""
-    schedule = Schedule(settings.database_url)
-    try:
+    """A scheduler publishing on `connection` (a channel of its own, with confirms) from the sink in
+    `database`, the process's (None: one of its own, closed with it)."""
+    with opened(database or settings.database_url) as db:
         async with publishing(connection, config(), settings.names) as p:
             yield Scheduler(
                 config,
                 settings.names,
-                schedule,
+                Schedule(db),
                 connection,
                 Publisher(await p.exchange(settings.names.frontier)),
                 timing=timing,
                 metrics=metrics,
                 clock=clock,
             )
-    finally:
-        schedule.close()

@@ -20,6 +20,7 @@ from crawler.service.recrawls import Recrawls
 from crawler.service.status_reads import StatusReads
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlStore
+from crawler.sink.database import Database, opened
 from crawler.sink.domains import DomainStore
 from crawler.sink.history import PageHistory
 from crawler.sink.sql import check_schema, migrate
@@ -38,12 +39,14 @@ class Control:
         store: CrawlStore,
         history: PageHistory,
         domains: DomainStore | None = None,
+        database: Database | None = None,
     ) -> None:
         self.settings = settings
         self.config = config
         # Pauses kept in the database too: a paused domain stays paused across a Redis loss.
         state = CrawlState(f.redis, settings.names, domains)
-        reads = StatusReads(settings, config, f)
+        self.database = database
+        reads = StatusReads(settings, config, f, database)
         self.crawls = Crawls(settings, config, f, store, state)
         self.domains = Domains(settings, config, f, state, reads)
         self.recrawls = Recrawls(settings, config, f)
@@ -54,20 +57,21 @@ class Control:
     @classmethod
     @asynccontextmanager
     async def open(
-        cls, settings: Settings, config: CrawlConfig, role: str, schema: Schema = "upgrade"
+        cls,
+        settings: Settings,
+        config: CrawlConfig,
+        role: str,
+        schema: Schema = "upgrade",
+        database: Database | None = None,
     ) -> AsyncIterator[Control]:
-        """Connect to RabbitMQ, Redis and the database, and declare the topology. The database's
-        `schema` is upgraded, or checked to be the newest (a command that reads creates none), or left
-        alone ("none": the verbs used read no table, the dead letters' say)."""
-        if schema != "none":
-            await asyncio.to_thread(migrate if schema == "upgrade" else check_schema, settings.database_url)
+        """Connect to RabbitMQ, Redis and the database (`database`, the process's; None: one of its
+        own, closed with it), and declare the topology. The database's `schema` is upgraded, or
+        checked to be the newest (a command that reads creates none), or left alone ("none": the verbs
+        used read no table, the dead letters' say)."""
         async with AsyncExitStack() as stack:
-            f = await stack.enter_async_context(frontier(settings, role, config))
-            store = CrawlStore(settings.database_url)
-            stack.callback(store.close)
-            history = PageHistory(settings.database_url)
-            stack.callback(history.close)
-            domains = DomainStore(settings.database_url)
-            stack.callback(domains.close)
+            db = stack.enter_context(opened(database or settings.database_url))
+            if schema != "none":
+                await asyncio.to_thread(migrate if schema == "upgrade" else check_schema, db)
+            f = await stack.enter_async_context(frontier(settings, role, config, db))
             await f.declare(config)
-            yield cls(settings, config, f, store, history, domains)
+            yield cls(settings, config, f, CrawlStore(db), PageHistory(db), DomainStore(db), db)

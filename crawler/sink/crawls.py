@@ -8,11 +8,9 @@ from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy import JSON, DateTime, String, Text, and_, delete, func, or_, select, update
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from crawler.errors import SinkError
-from crawler.sink.sql import create_sink_engine, engine_url, first_line
+from crawler.sink.database import Database
 from crawler.sink.tables import Base, Page
 
 # `interrupted`: its work was stopped before it ended (Ctrl-C, a fetch service that refused, a reset);
@@ -75,18 +73,13 @@ def _utc(value: datetime) -> datetime:
 class CrawlStore:
     """Reads and writes crawl records; blocking (callers run it in a thread)."""
 
-    def __init__(self, database_url: str) -> None:
-        url = engine_url(database_url)
-        self._redacted = url.render_as_string(hide_password=True)
-        self._engine = create_sink_engine(url)
+    def __init__(self, database: Database) -> None:
+        self._db = database
 
     def _session(self, work: Callable[[Session], T]) -> T:
-        try:
-            with Session(self._engine) as session, session.begin():
-                return work(session)
-        except DBAPIError as exc:
-            first = first_line(exc)
-            raise SinkError(f"crawl records in {self._redacted}: {first}") from exc
+        failed = f"crawl records in {self._db.redacted}"
+        with self._db.errors(failed), Session(self._db.engine) as session, session.begin():
+            return work(session)
 
     def add(self, record: CrawlRecord) -> None:
         """Store a new crawl."""
@@ -174,7 +167,3 @@ class CrawlStore:
     def ping(self) -> None:
         """Raise SinkError unless the database answers."""
         self._session(lambda s: s.execute(select(1)).scalar())
-
-    def close(self) -> None:
-        """Close pooled connections."""
-        self._engine.dispose()

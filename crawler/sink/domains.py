@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from sqlalchemy import or_, select, update
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from crawler.errors import SinkError
-from crawler.sink.sql import create_sink_engine, engine_url, first_line
+from crawler.sink.database import Database
 from crawler.sink.tables import DomainState
 
 T = TypeVar("T")
@@ -26,21 +26,13 @@ the Redis server's clock (Unix seconds)."""
 class DomainStore:
     """Reads and writes the `domain_state` table; blocking (callers run it in a thread)."""
 
-    def __init__(self, database_url: str) -> None:
-        url = engine_url(database_url)
-        self._redacted = url.render_as_string(hide_password=True)
-        self._engine = create_sink_engine(url)
-
-    def close(self) -> None:
-        """Close the database connections."""
-        self._engine.dispose()
+    def __init__(self, database: Database) -> None:
+        self._db = database
 
     def _session(self, work: Callable[[Session], T]) -> T:
-        try:
-            with Session(self._engine) as session, session.begin():
-                return work(session)
-        except DBAPIError as exc:
-            raise SinkError(f"domain state in {self._redacted}: {first_line(exc)}") from exc
+        failed = f"domain state in {self._db.redacted}"
+        with self._db.errors(failed), Session(self._db.engine) as session, session.begin():
+            return work(session)
 
     def _upsert(self, domain: str, **values: object) -> None:
         """Set `values` on the domain's row, made if missing (two writers racing: the second updates)."""

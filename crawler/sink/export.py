@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from sqlalchemy import Select, func, select
-from sqlalchemy.exc import DBAPIError
 
-from crawler.errors import ConfigError, NotFound, SinkError
-from crawler.sink.sql import create_sink_engine, engine_url
+from crawler.errors import ConfigError, NotFound
+from crawler.sink.database import Database, opened
 from crawler.sink.tables import Page, PageVersion
 from crawler.storage import PartWriter
 
@@ -144,7 +143,11 @@ def _kind(value: Any) -> str:
 
 
 def export(
-    database_url: str, fmt: str, out: Path | PartWriter | None, query: Query = Query(), batch: int = BATCH
+    database: Database | str,
+    fmt: str,
+    out: Path | PartWriter | None,
+    query: Query = Query(),
+    batch: int = BATCH,
 ) -> int:
     """Write the selected rows to `out` (a file, an object being uploaded, or stdout if None) in
     `fmt`; return how many were written."""
@@ -163,9 +166,8 @@ def export(
         _need_pyarrow()
         if out is None:
             raise ConfigError("--format parquet writes a file: give --out FILE or --to s3://BUCKET/KEY")
-    url = engine_url(database_url)
-    engine = create_sink_engine(url)
-    try:
+    with opened(database) as db, db.errors(f"exporting from {db.redacted} failed"):
+        engine = db.engine
         if query.domain is not None:
             _known(engine, query.domain)
         with ExitStack() as stack:
@@ -184,11 +186,6 @@ def export(
             if fmt == "jsonl":
                 return _jsonl(engine, query, stream, batch)
             return _csv(engine, query, stream, batch)
-    except DBAPIError as exc:
-        text = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
-        raise SinkError(f"exporting from {url.render_as_string(hide_password=True)} failed: {text}") from exc
-    finally:
-        engine.dispose()
 
 
 def _detached(stream: io.TextIOWrapper) -> None:

@@ -11,6 +11,7 @@ from types import FrameType
 
 from crawler.errors import ConfigError
 from crawler.settings import Settings
+from crawler.sink.database import Database
 from crawler.sink.export import Query, export
 from crawler.storage import ObjectStore, ObjectUrl
 
@@ -33,10 +34,13 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def export_to_object(settings: Settings, fmt: str, to: str, query: Query | None = None) -> int:
-    """Export the selected rows in `fmt` as the object `to`; how many were written."""
+def export_to_object(
+    settings: Settings, fmt: str, to: str, query: Query | None = None, database: Database | None = None
+) -> int:
+    """Export the selected rows in `fmt` as the object `to`; how many were written. `database`: the
+    process's (None: one for this export)."""
     url = ObjectUrl.parse(to, "--to")
     if not url.key or url.key.endswith("/"):
         raise ConfigError(f"--to {to}: name the object, e.g. s3://{url.bucket}/exports/pages.{fmt}")
     with _terminate_as_interrupt(), ObjectStore(settings.s3_endpoint_url).writer(url) as sink:
-        return export(settings.database_url, fmt, sink, query or Query())
+        return export(database or settings.database_url, fmt, sink, query or Query())

@@ -14,11 +14,9 @@ from typing import Any
 
 from sqlalchemy import Select, and_, delete, func, or_, select
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
 
 from crawler.config import History
-from crawler.errors import SinkError
-from crawler.sink.sql import create_sink_engine, engine_url, first_line
+from crawler.sink.database import Database
 from crawler.sink.tables import Page, PageVersion
 
 PAGE_BATCH = 1_000  # pages whose versions one read ranks
@@ -43,17 +41,16 @@ def _doomed(domain: str, after: int, upto: int, history: History, cutoff: dateti
 class Pruner:
     """Deletes the versions a domain's `history` setting no longer keeps."""
 
-    def __init__(self, database_url: str, pages: int = PAGE_BATCH, batch: int = DELETE_BATCH) -> None:
-        url = engine_url(database_url)
-        self._redacted = url.render_as_string(hide_password=True)
-        self._engine = create_sink_engine(url)
+    def __init__(self, database: Database, pages: int = PAGE_BATCH, batch: int = DELETE_BATCH) -> None:
+        self._db = database
+        self._engine = database.engine
         self._pages, self._batch = pages, batch
 
     def prune(self, domain: str, history: History, dry_run: bool = False, now: datetime | None = None) -> int:
         """Delete the domain's versions `history` does not keep (none with `dry_run`); how many."""
         cutoff = (now or datetime.now(UTC)).astimezone(UTC) - timedelta(seconds=history.max_age)
         after, count = 0, 0
-        try:
+        with self._db.errors(f"pruning versions of {domain} in {self._db.redacted} failed"):
             while True:
                 with self._engine.connect() as conn:
                     upto = self._last_page(conn, domain, after)
@@ -65,9 +62,6 @@ class Pruner:
                 after = upto
                 # What the deletes say, not what was read: another prune, or a purge, may be first.
                 count += len(doomed) if dry_run else self._delete(doomed)
-        except DBAPIError as exc:
-            first = first_line(exc)
-            raise SinkError(f"pruning versions of {domain} in {self._redacted} failed: {first}") from exc
 
     def _last_page(self, conn: Connection, domain: str, after: int) -> int | None:
         """The id of the last page of the next batch after `after`, or None at the end."""
@@ -83,7 +77,3 @@ class Pruner:
             with self._engine.begin() as conn:
                 deleted += conn.execute(delete(PageVersion).where(PageVersion.id.in_(chunk))).rowcount
         return deleted
-
-    def close(self) -> None:
-        """Close pooled connections."""
-        self._engine.dispose()

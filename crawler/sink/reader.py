@@ -1,4 +1,4 @@
-"""Reading the sink: an engine of one's own, and reads that fail as one SinkError naming the database."""
+"""Reading the sink: reads over the process's database that fail as one SinkError naming it."""
 
 from __future__ import annotations
 
@@ -6,27 +6,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Executable
-from sqlalchemy.exc import DBAPIError
 
-from crawler.errors import SinkError
-from crawler.sink.sql import create_sink_engine, engine_url, first_line
+from crawler.sink.database import Database
 
 
 class Reader:
     """A blocking reader of the sink's tables (callers run it in a thread)."""
 
-    def __init__(self, database_url: str) -> None:
-        self._url = engine_url(database_url)
-        self._redacted = self._url.render_as_string(hide_password=True)
-        self._engine = create_sink_engine(self._url)
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self._engine = database.engine
 
     def _rows(self, stmt: Executable, what: str) -> Sequence[Any]:
-        try:
-            with self._engine.connect() as conn:
-                return conn.execute(stmt).all()
-        except DBAPIError as exc:
-            raise SinkError(f"reading {what} from {self._redacted} failed: {first_line(exc)}") from exc
-
-    def close(self) -> None:
-        """Close pooled connections."""
-        self._engine.dispose()
+        with (
+            self._db.errors(f"reading {what} from {self._db.redacted} failed"),
+            self._engine.connect() as conn,
+        ):
+            return conn.execute(stmt).all()

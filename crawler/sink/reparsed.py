@@ -11,13 +11,12 @@ from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
 
 from crawler.archive import Archived
-from crawler.errors import SinkError
 from crawler.sink import versions
 from crawler.sink.crawls import OPEN, Crawl
-from crawler.sink.sql import clean_json, clean_text, create_sink_engine, engine_url, first_line
+from crawler.sink.database import Database
+from crawler.sink.sql import clean_json, clean_text
 from crawler.sink.tables import CONTENT, Page, Reparse
 
 T = TypeVar("T")
@@ -125,10 +124,8 @@ CONTENT_FIELDS = CONTENT
 class ReparseStore:
     """The sink as `crawler reparse` uses it; blocking: call from a thread."""
 
-    def __init__(self, database_url: str) -> None:
-        url = engine_url(database_url)
-        self._redacted = url.render_as_string(hide_password=True)
-        self._engine = create_sink_engine(url)
+    def __init__(self, database: Database) -> None:
+        self._db = database
 
     def begin(self, selection: Selection, now: datetime) -> Run:
         """The unfinished run of the same filters, to resume; else a new one."""
@@ -285,15 +282,8 @@ class ReparseStore:
         self._run("finishing a reparse", lambda conn: conn.execute(stmt))
 
     def _run(self, what: str, work: Callable[[Connection], T]) -> T:
-        try:
-            with self._engine.begin() as conn:
-                return work(conn)
-        except DBAPIError as exc:
-            raise SinkError(f"{what} in {self._redacted} failed: {first_line(exc)}") from exc
-
-    def close(self) -> None:
-        """Close every pooled connection."""
-        self._engine.dispose()
+        with self._db.errors(f"{what} in {self._db.redacted} failed"), self._db.engine.begin() as conn:
+            return work(conn)
 
 
 def _recount(conn: Connection, crawl: str, changes: Mapping[tuple[str, str], int]) -> None:

@@ -15,14 +15,11 @@ from typing import Any, TypeVar, overload
 from urllib.parse import urlsplit
 
 from sqlalchemy import ColumnElement, func, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
 
 from crawler.archive import Archived
-from crawler.errors import SinkError
 from crawler.sink.crawls import Crawl
-from crawler.sink.sql import create_sink_engine, engine_url
+from crawler.sink.database import Database
 from crawler.sink.tables import Page, SitemapOrigin
 
 T = TypeVar("T")
@@ -56,12 +53,10 @@ class Backlog:
 class Schedule:
     """Claims due pages and reports the backlog; blocking calls (run them in a thread)."""
 
-    def __init__(self, database_url: str) -> None:
-        url = engine_url(database_url)
-        self._redacted = url.render_as_string(hide_password=True)
-        self._skip_locked = url.get_backend_name() == "postgresql"
-        self._dialect: Any = postgresql if self._skip_locked else sqlite
-        self._engine = create_sink_engine(url)
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self._skip_locked = database.backend == "postgresql"
+        self._dialect: Any = database.dialect
 
     def claim(self, domain: str, limit: int, now: datetime, lease_until: datetime) -> list[Due]:
         """Up to `limit` of `domain`'s pages due at `now`, oldest first, leased until `lease_until`."""
@@ -168,17 +163,14 @@ class Schedule:
         stmt = update(Page).where(Page.domain.in_(list(domains))).values(next_fetch_at=now.astimezone(UTC))
         return int(self._run("scheduling pages", lambda conn: conn.execute(stmt).rowcount, write=True))
 
-    def close(self) -> None:
-        """Close every pooled connection."""
-        self._engine.dispose()
-
     def _run(self, what: str, work: Callable[[Connection], T], *, write: bool = False) -> T:
-        try:
-            with self._engine.begin() if write else self._engine.connect() as conn:
-                return work(conn)
-        except DBAPIError as exc:
-            text = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
-            raise SinkError(f"{what} in {self._redacted} failed: {text}") from exc
+        engine = self._db.engine
+        # Connecting inside the errors: connect() takes a pooled connection at once.
+        with (
+            self._db.errors(f"{what} in {self._db.redacted} failed"),
+            engine.begin() if write else engine.connect() as conn,
+        ):
+            return work(conn)
 
 
 # What a claim returns of each page: the fields of Due, in order.

@@ -9,12 +9,10 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import func, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
 
-from crawler.errors import SinkError
-from crawler.sink.sql import clean_text, create_sink_engine, engine_url, first_line
+from crawler.sink.database import Database
+from crawler.sink.sql import clean_text
 from crawler.sink.tables import ETAG_LENGTH, LAST_MODIFIED_LENGTH, SitemapFile, SitemapOrigin
 
 T = TypeVar("T")
@@ -53,11 +51,9 @@ class SitemapRead:
 class SitemapStore:
     """Reads and writes the `sitemaps` and `sitemap_origins` tables; blocking (run it in a thread)."""
 
-    def __init__(self, database_url: str) -> None:
-        url = engine_url(database_url)
-        self._redacted = url.render_as_string(hide_password=True)
-        self._dialect: Any = postgresql if url.get_backend_name() == "postgresql" else sqlite
-        self._engine = create_sink_engine(url)
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self._dialect: Any = database.dialect
 
     def validators(self, url: str) -> Validators | None:
         """The validators the last reading of `url` kept; None if it was never read."""
@@ -147,16 +143,14 @@ class SitemapStore:
         stmt = select(func.count()).select_from(SitemapOrigin).where(SitemapOrigin.domain == domain)
         return int(self._run("counting sitemap origins", lambda conn: conn.execute(stmt).scalar_one()))
 
-    def close(self) -> None:
-        """Close every pooled connection."""
-        self._engine.dispose()
-
     def _run(self, what: str, work: Callable[[Connection], T], *, write: bool = False) -> T:
-        try:
-            with self._engine.begin() if write else self._engine.connect() as conn:
-                return work(conn)
-        except DBAPIError as exc:
-            raise SinkError(f"{what} in {self._redacted} failed: {first_line(exc)}") from exc
+        engine = self._db.engine
+        # Connecting inside the errors: connect() takes a pooled connection at once.
+        with (
+            self._db.errors(f"{what} in {self._db.redacted} failed"),
+            engine.begin() if write else engine.connect() as conn,
+        ):
+            return work(conn)
 
 
 def _utc(when: datetime) -> datetime:

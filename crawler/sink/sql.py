@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,15 +14,15 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, event, func, select
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import URL, Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy import Executable, func, select
 
 import crawler
 from crawler.archive import Archived
-from crawler.errors import ConfigError, ServiceUnavailable, SinkError
+from crawler.errors import ConfigError, ServiceUnavailable
 from crawler.sink import versions
+from crawler.sink.database import Database, opened
+from crawler.sink.database import create_sink_engine as create_sink_engine
+from crawler.sink.database import engine_url as engine_url
 from crawler.sink.tables import (
     CONTENT,
     CONTENT_TYPE_LENGTH,
@@ -41,8 +39,6 @@ from crawler.visited import utcnow
 # Alembic keeps its running context in module globals, so one process migrates one at a time;
 # other processes are kept apart by the database lock taken in migrations/env.py.
 _MIGRATING = threading.Lock()
-# How long a SQLite connection waits for another process's lock before giving up.
-SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,73 +89,6 @@ class PageRecord:
         # SQLite drops the offset when storing, so a naive or non-UTC time would be stored wrong.
         if self.fetched_at.tzinfo is None:
             raise ValueError("PageRecord.fetched_at must be timezone-aware")
-
-
-def engine_url(database_url: str) -> URL:
-    """Parse a database URL, pointing plain `postgresql://` at psycopg 3 (the installed driver)."""
-    try:
-        url = make_url(database_url)
-    except ArgumentError as exc:
-        raise ConfigError(f"invalid database URL: {exc}") from None
-    if url.drivername == "postgresql":
-        url = url.set(drivername="postgresql+psycopg")
-    if url.get_backend_name() not in ("sqlite", "postgresql"):
-        supported = "use sqlite:///PATH or postgresql://"
-        raise ConfigError(f"unsupported database {_redact(url)!r}: {supported}")
-    return url
-
-
-def _redact(url: URL) -> str:
-    return url.render_as_string(hide_password=True)
-
-
-def create_sink_engine(url: URL) -> Engine:
-    """An engine for `url`; SQLite connections get WAL, a busy timeout and write-locking BEGINs."""
-    engine = create_engine(url)
-    if url.get_backend_name() == "sqlite":
-        event.listen(engine, "connect", _sqlite_on_connect)
-        event.listen(engine, "begin", _sqlite_on_begin)
-    return engine
-
-
-def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    # busy_timeout first: switching to WAL needs a lock another process may hold.
-    cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-    _switch_to_wal(cursor)
-    cursor.execute("PRAGMA synchronous = NORMAL")
-    cursor.close()
-    # Let SQLAlchemy emit BEGIN itself (below) instead of sqlite3's implicit, deferred one.
-    dbapi_connection.isolation_level = None
-
-
-def _switch_to_wal(cursor: Any) -> None:
-    # SQLite answers "database is locked" at once, without the busy timeout, when two
-    # processes open a new database together and both try to switch it to WAL (one holds
-    # a shared lock while waiting for the other's); waiting and trying again resolves it.
-    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
-    pause = 0.005
-    while True:
-        try:
-            cursor.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.25)
-
-
-def _sqlite_on_begin(conn: Connection) -> None:
-    # IMMEDIATE takes the write lock up front, where the busy timeout applies; a deferred
-    # transaction that upgrades later can fail with SQLITE_BUSY without waiting.
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-
-def first_line(exc: DBAPIError) -> str:
-    """The first line of a database error's own message, for a one-line SinkError."""
-    text = str(exc.orig).strip() or type(exc.orig).__name__
-    return text.splitlines()[0]
 
 
 def clean_text(value: str | None, limit: int | None = None) -> str | None:
@@ -257,11 +186,10 @@ _NO_VERSION = frozenset({"version"})
 class Sink:
     """Writes PageRecords to SQLite or PostgreSQL; blocking work runs in a thread."""
 
-    def __init__(self, database_url: str) -> None:
-        self._url = engine_url(database_url)
-        self._redacted = _redact(self._url)
-        self._engine = create_sink_engine(self._url)
-        self._dialect = postgresql if self._url.get_backend_name() == "postgresql" else sqlite
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self._engine = database.engine
+        self._dialect = database.dialect
         self._upserts: dict[frozenset[str], Any] = {}
 
     def _upsert(self, keep: frozenset[str]) -> Any:
@@ -291,73 +219,54 @@ class Sink:
         # concurrent writers the same lock order, which prevents deadlocks between them.
         latest = {r.url: r for r in records}
         ordered = [(latest[url], _record_row(latest[url])) for url in sorted(latest)]
-        try:
-            with self._engine.begin() as conn:
-                # Unchanged refreshes (most of them) need no look at their versions.
-                kept = [(row, r.keep) for r, row in ordered if r.history and versions.may_make(row, r.keep)]
-                planned = versions.plan(kept, versions.latest(conn, [row["url"] for row, _ in kept]))
-                groups: dict[frozenset[str], list[dict[str, Any]]] = {}
-                for record, row in ordered:
-                    made = planned.get(record.url)
-                    if made is not None:
-                        row["version"] = made.number
-                    keep = record.keep if made is not None else record.keep | _NO_VERSION
-                    groups.setdefault(keep, []).append(row)
-                for keep, group in groups.items():
-                    conn.execute(self._upsert(keep), group)
-                return versions.write(conn, planned)
-        except DBAPIError as exc:
-            # Pooled sessions keep what the database was when they opened (PostgreSQL's
-            # default_transaction_read_only, say): after a failure, the next write opens fresh ones.
-            self._engine.dispose()
-            raise SinkError(
-                f"storing {len(ordered)} page(s) in {self._redacted} failed: {first_line(exc)}"
-            ) from exc
+        failed = f"storing {len(ordered)} page(s) in {self._db.redacted} failed"
+        with self._db.errors(failed, reset=True), self._engine.begin() as conn:
+            # Unchanged refreshes (most of them) need no look at their versions.
+            kept = [(row, r.keep) for r, row in ordered if r.history and versions.may_make(row, r.keep)]
+            planned = versions.plan(kept, versions.latest(conn, [row["url"] for row, _ in kept]))
+            groups: dict[frozenset[str], list[dict[str, Any]]] = {}
+            for record, row in ordered:
+                made = planned.get(record.url)
+                if made is not None:
+                    row["version"] = made.number
+                keep = record.keep if made is not None else record.keep | _NO_VERSION
+                groups.setdefault(keep, []).append(row)
+            for keep, group in groups.items():
+                conn.execute(self._upsert(keep), group)
+            return versions.write(conn, planned)
 
     async def versions_after(self, url: str, number: int) -> list[Version]:
         """The versions of the page at `url` newer than `number`, oldest first (to announce again)."""
         return await asyncio.to_thread(self._versions_after, url, number)
 
     def _versions_after(self, url: str, number: int) -> list[Version]:
-        try:
-            with self._engine.connect() as conn:
-                return versions.after(conn, url, number)
-        except DBAPIError as exc:
-            raise SinkError(f"reading versions in {self._redacted} failed: {first_line(exc)}") from exc
+        with (
+            self._db.errors(f"reading versions in {self._db.redacted} failed"),
+            self._engine.connect() as conn,
+        ):
+            return versions.after(conn, url, number)
 
     def counts(self) -> dict[str, tuple[int, int]]:
         """Per domain, the number of (successful, failed) pages."""
         stmt = select(Page.domain, func.count() - func.count(Page.error), func.count(Page.error))
-        try:
-            with self._engine.connect() as conn:
-                rows = conn.execute(stmt.group_by(Page.domain)).all()
-        except DBAPIError as exc:
-            raise SinkError(f"counting pages in {self._redacted} failed: {first_line(exc)}") from exc
+        rows = self._rows(stmt.group_by(Page.domain), "counting pages")
         return {domain: (ok, failed) for domain, ok, failed in rows}
 
     def credits(self) -> dict[str, float]:
         """Per domain, the credits its pages' last attempts were charged."""
         stmt = select(Page.domain, func.coalesce(func.sum(Page.credits), 0.0))
-        try:
-            with self._engine.connect() as conn:
-                rows = conn.execute(stmt.group_by(Page.domain)).all()
-        except DBAPIError as exc:
-            raise SinkError(f"summing credits in {self._redacted} failed: {first_line(exc)}") from exc
+        rows = self._rows(stmt.group_by(Page.domain), "summing credits")
         return {domain: float(total) for domain, total in rows}
 
     def counts_since(self, since: datetime) -> dict[str, int]:
         """Per domain, the number of pages fetched at or after `since` (timezone-aware)."""
         stmt = select(Page.domain, func.count()).where(Page.fetched_at >= since.astimezone(UTC))
-        try:
-            with self._engine.connect() as conn:
-                rows = conn.execute(stmt.group_by(Page.domain)).all()
-        except DBAPIError as exc:
-            raise SinkError(f"counting pages in {self._redacted} failed: {first_line(exc)}") from exc
+        rows = self._rows(stmt.group_by(Page.domain), "counting pages")
         return {domain: n for domain, n in rows}
 
-    def close(self) -> None:
-        """Close every pooled connection."""
-        self._engine.dispose()
+    def _rows(self, stmt: Executable, doing: str) -> Sequence[Any]:
+        with self._db.errors(f"{doing} in {self._db.redacted} failed"), self._engine.connect() as conn:
+            return conn.execute(stmt).all()
 
 
 def migrations_dir() -> Path:
@@ -375,50 +284,37 @@ def _alembic() -> Config:
     return config
 
 
-def check_schema(database_url: str) -> None:
+def check_schema(database: Database | str) -> None:
     """ConfigError unless the database exists with the newest schema: a command that only reads
     creates neither (a SQLite file in the wrong folder, a schema nobody upgraded)."""
-    url = engine_url(database_url)
-    fix = "run `crawler db upgrade` (or set CRAWLER_DATABASE_URL to the crawl's database)"
-    file = url.database if url.get_backend_name() == "sqlite" else None
-    # Connecting makes an empty file where there was none (in a folder that exists: else it fails).
-    if file and file != ":memory:" and Path(file).parent.is_dir() and not Path(file).exists():
-        raise ConfigError(f"no database at {file}: {fix}")
-    engine = create_sink_engine(url)
-    try:
-        with engine.connect() as conn:
+    with opened(database) as db:
+        fix = "run `crawler db upgrade` (or set CRAWLER_DATABASE_URL to the crawl's database)"
+        file = db.url.database if db.backend == "sqlite" else None
+        # Connecting makes an empty file where there was none (in a folder that exists: else it fails).
+        if file and file != ":memory:" and Path(file).parent.is_dir() and not Path(file).exists():
+            raise ConfigError(f"no database at {file}: {fix}")
+        unreachable = f"cannot connect to database {db.redacted}"
+        with db.errors(unreachable, error=ServiceUnavailable), db.engine.connect() as conn:
             current = MigrationContext.configure(conn).get_current_revision()
-    except DBAPIError as exc:
-        raise ServiceUnavailable(f"cannot connect to database {_redact(url)}: {first_line(exc)}") from exc
-    finally:
-        engine.dispose()
-    scripts = ScriptDirectory.from_config(_alembic())
-    if current is None:
-        raise ConfigError(f"database {_redact(url)} has no crawler schema: {fix}")
-    known = {s.revision for s in scripts.walk_revisions()}
-    if current in known and current != scripts.get_current_head():
-        # A revision this version does not know is newer: reading it is the newer version's call.
-        raise ConfigError(
-            f"database {_redact(url)} has an older schema ({current}): run `crawler db upgrade`"
-        )
+        scripts = ScriptDirectory.from_config(_alembic())
+        if current is None:
+            raise ConfigError(f"database {db.redacted} has no crawler schema: {fix}")
+        known = {s.revision for s in scripts.walk_revisions()}
+        if current in known and current != scripts.get_current_head():
+            # A revision this version does not know is newer: reading it is the newer version's call.
+            raise ConfigError(
+                f"database {db.redacted} has an older schema ({current}): run `crawler db upgrade`"
+            )
 
 
-def migrate(database_url: str) -> None:
+def migrate(database: Database | str) -> None:
     """Upgrade the database schema to the newest migration; safe to run concurrently."""
-    url = engine_url(database_url)
     config = _alembic()
-    engine = create_sink_engine(url)
-    try:
-        try:
-            conn = engine.connect()
-        except DBAPIError as exc:
-            raise ServiceUnavailable(f"cannot connect to database {_redact(url)}: {first_line(exc)}") from exc
-        with conn, conn.begin():
+    with opened(database) as db:
+        with db.errors(f"cannot connect to database {db.redacted}", error=ServiceUnavailable):
+            conn = db.engine.connect()
+        with db.errors(f"migrating database {db.redacted} failed"), conn, conn.begin():
             # env.py runs inside this transaction and locks it (see there) until the commit.
             config.attributes["connection"] = conn
             with _MIGRATING:
                 command.upgrade(config, "head")
-    except DBAPIError as exc:
-        raise SinkError(f"migrating database {_redact(url)} failed: {first_line(exc)}") from exc
-    finally:
-        engine.dispose()

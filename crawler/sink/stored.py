@@ -10,9 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import ColumnElement, func, inspect, select
-from sqlalchemy.exc import DBAPIError
 
-from crawler.errors import SinkError
 from crawler.sink.reader import Reader
 from crawler.sink.tables import Page
 
@@ -36,14 +34,14 @@ class StoredPages(Reader):
 
     def any(self, crawl: str | None) -> bool:
         """Whether the crawl stored any page (none in a database never migrated, or never made)."""
-        if self._url.get_backend_name() == "sqlite" and not Path(self._url.database or "").is_file():
+        if self._db.backend == "sqlite" and not Path(self._db.url.database or "").is_file():
             return False  # asking would make the file
-        try:
-            with self._engine.connect() as conn:
-                if not inspect(conn).has_table(Page.__tablename__):
-                    return False
-        except DBAPIError as exc:
-            raise SinkError(f"reading pages from {self._redacted} failed: {exc.orig}") from exc
+        with (
+            self._db.errors(f"reading pages from {self._db.redacted} failed"),
+            self._engine.connect() as conn,
+        ):
+            if not inspect(conn).has_table(Page.__tablename__):
+                return False
         return bool(self._rows(select(Page.id).where(_of(crawl)).limit(1), "pages"))
 
     def urls(self, crawl: str | None, after: int, limit: int) -> list[tuple[int, str]]:

@@ -25,6 +25,7 @@ from crawler.monitor.metrics import Metrics
 from crawler.names import Names
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlStore
+from crawler.sink.database import Database
 from crawler.sink.domains import DomainStore
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.schedule import Schedule
@@ -72,12 +73,13 @@ def parts(
     fetcher: Fetcher,
     metrics: Metrics,
     backend: str = "gateway",
-    database_url: str | None = None,
+    database: Database | None = None,
     archive: Archive | None = None,
     content: Contents | None = None,
 ) -> Parts:
     """A consumer's parts, each made once: the live configuration, the page visit, dedup, quota, cost
-    and writes; with `database_url`, what sitemap tasks read and write in the sink; with `archive`,
+    and writes; with `database` (the sink's), what sitemap tasks, kept back-offs and crawl records
+    read and write in it; with `archive`,
     where the answers of domains with `archive: true` are written; with `content`, what makes the
     content of domains with `content:` on."""
     live = LiveConfig(config)
@@ -92,8 +94,8 @@ def parts(
     cost = Cost(f.redis, names, metrics, backend)
     quota = PageQuota(f.redis, names)
     # Pauses and back-offs kept where a Redis loss cannot reach them.
-    domain_state = DomainStore(database_url) if database_url else None
-    records = CrawlStore(database_url) if database_url else None
+    domain_state = DomainStore(database) if database else None
+    records = CrawlStore(database) if database else None
     backoffs = KeptBackoffs(domain_state) if domain_state else None
     visit = visitor(live, f.redis, names, fetcher, archiving, backoffs, content)
     admission = Admission(
@@ -110,8 +112,8 @@ def parts(
         f.recovery,
         admission,
         f.redis,
-        SitemapStore(database_url) if database_url else None,
-        Schedule(database_url) if database_url else None,
+        SitemapStore(database) if database else None,
+        Schedule(database) if database else None,
         domain_state,
         backoffs,
         records,
@@ -171,12 +173,13 @@ class WorkerBuilder:
     config_path: str | None = None
     more: Callable[[], bool] = lambda: False
 
-    async def build(self, stack: AsyncExitStack) -> Worker:
-        """Open the worker's connections, stores and services in `stack`, check what must hold before
-        its first page, and start what runs alongside it (monitoring, webhooks)."""
-        f = await stack.enter_async_context(frontier(self.settings, self.role, self.config))
+    async def build(self, stack: AsyncExitStack, db: Database) -> Worker:
+        """Open the worker's connections, stores and services in `stack` over the process's database
+        `db`, check what must hold before its first page, and start what runs alongside it
+        (monitoring, webhooks)."""
+        f = await stack.enter_async_context(frontier(self.settings, self.role, self.config, db))
         publishing = await self._publishing(stack)
-        made = await self._parts(stack, f)
+        made = await self._parts(stack, f, db)
         consumer = self._consumer(stack, f, made, publishing)
         await consumer.seen.check()  # a fleet whose processes disagree on dedup would crawl twice
         if made.backoffs is not None:
@@ -207,12 +210,11 @@ class WorkerBuilder:
             await fetcher.api.check_renders(self.config)
         return fetcher, backend
 
-    async def _parts(self, stack: AsyncExitStack, f: Frontier) -> Parts:
+    async def _parts(self, stack: AsyncExitStack, f: Frontier, db: Database) -> Parts:
         """The consumer's parts, over the sink, fetcher, archive and content they use, all closed
         with `stack`."""
         settings, config, metrics = self.settings, self.config, self.monitoring.metrics
-        sink = Sink(settings.database_url)
-        stack.callback(sink.close)
+        sink = Sink(db)
         fetcher, backend = await self._fetcher(stack)
         # Opens no file until an archived domain's first answer: domains.yaml may turn it on later.
         archive = await stack.enter_async_context(archive_for(settings, config, metrics))
@@ -221,22 +223,7 @@ class WorkerBuilder:
         content = await stack.enter_async_context(
             contents(config, f.redis, settings.names, metrics, self.tuning.content_processes)
         )
-        made = parts(
-            f,
-            settings.names,
-            config,
-            sink,
-            fetcher,
-            metrics,
-            backend,
-            settings.database_url,
-            archive,
-            content,
-        )
-        for closing in (made.sitemap_store, made.schedule, made.domain_state, made.crawl_records):
-            if closing is not None:
-                stack.callback(closing.close)
-        return made
+        return parts(f, settings.names, config, sink, fetcher, metrics, backend, db, archive, content)
 
     def _consumer(self, stack: AsyncExitStack, f: Frontier, made: Parts, publishing: Connection) -> Consumer:
         """The consumer of the worker's domains, more connections opened in `stack` as it needs them."""

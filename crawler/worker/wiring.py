@@ -16,6 +16,7 @@ from crawler.frontier.router import Routed
 from crawler.frontier.urls import canonicalise
 from crawler.monitor.metrics import DomainStats
 from crawler.settings import Settings
+from crawler.sink.database import Database, opened
 from crawler.sink.sql import migrate
 from crawler.worker.builder import WorkerBuilder, make_fetcher, make_fetchers, parts, visitor
 from crawler.worker.consumer import Ending
@@ -109,12 +110,14 @@ async def consume(
     tuning: Tuning = DEFAULT_TUNING,
     more: Callable[[], bool] = lambda: False,
     crawl: str | None = None,
+    database: Database | None = None,
 ) -> Consumed:
     """Consume the chosen domains' queues (after routing `seeds`) until stopped or drained.
 
     With `config_path`, edits of that file (or SIGHUP) reconfigure the running consumer. In burst
     mode, `more()` says work is still to come from outside the queues: not drained while it does,
     and `crawl` (the one this process began) is marked finished once drained, interrupted if not.
+    Every part uses `database`, the process's (None: one of its own, closed at the end).
     """
     chosen = check_domains(config, domains)
     canonical_seeds = check_seeds(config, seeds)
@@ -131,9 +134,10 @@ async def consume(
         config_path=config_path,
         more=more,
     )
-    await asyncio.to_thread(migrate, settings.database_url)
     async with AsyncExitStack() as stack:
-        worker = await builder.build(stack)
+        db = stack.enter_context(opened(database or settings.database_url))
+        await asyncio.to_thread(migrate, db)
+        worker = await builder.build(stack, db)
         if canonical_seeds:
             await worker.frontier.seed(config, canonical_seeds, None)
         await worker.consumer.run()

@@ -23,6 +23,7 @@ from crawler.gateway.report import Reporter
 from crawler.names import HEADER_DOMAIN, HEADER_ERROR, HEADER_REASON, Names
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlStore
+from crawler.sink.database import Database
 from demo.site import Reply, Site, serve
 from tests.support import console as browsing
 from tests.support.api import ADMIN, READER, Api
@@ -291,11 +292,12 @@ def test_an_unreachable_api_is_said_in_words_and_the_last_numbers_stay(
 
 def _interrupt(settings: Settings, crawl: str) -> None:
     """Mark `crawl` interrupted in its record, as `crawler crawl` does on Ctrl-C."""
-    store = CrawlStore(settings.database_url)
+    store_db = Database(settings.database_url)
+    store = CrawlStore(store_db)
     try:
         assert store.end(crawl, "interrupted", {})
     finally:
-        store.close()
+        store_db.close()
 
 
 def _run(work: Coroutine[Any, Any, T]) -> T:

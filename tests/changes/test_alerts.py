@@ -27,6 +27,7 @@ from crawler.monitor.quality import current_quality
 from crawler.names import COVERAGE_ALERT_KEY, Names
 from crawler.quality.coverage import ITEMS, fill_kind
 from crawler.sink.crawls import CrawlRecord, CrawlStore
+from crawler.sink.database import Database
 from crawler.sink.sql import migrate
 from tests.support.wait import until
 
@@ -68,7 +69,8 @@ async def test_an_alert_goes_once_to_a_queue_bound_to_its_routing_key_and_none_t
     config = configure(tmp_path / "d.yaml")
     names = Names(prefix)
     migrate(sqlite_url)
-    store = CrawlStore(sqlite_url)
+    store_db = Database(sqlite_url)
+    store = CrawlStore(store_db)
     state = CrawlState(redis, names)
     store.add(CrawlRecord(CRAWL, None, "running", [f"http://{DOMAIN}/"], {}, datetime.now(UTC), None, None))
     await exchanges.declare(channel, exchanges.topology(config, names))
@@ -100,7 +102,7 @@ async def test_an_alert_goes_once_to_a_queue_bound_to_its_routing_key_and_none_t
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-    store.close()
+    store_db.close()
 
     assert raised == 1
     assert message.routing_key == COVERAGE_ALERT_KEY and message.type == ALERT_KIND

@@ -17,6 +17,7 @@ from crawler.frontier.recovery import Recovery
 from crawler.frontier.urls import fingerprint
 from crawler.names import Names
 from crawler.sink.crawls import CrawlRecord, CrawlStore
+from crawler.sink.database import Database
 from crawler.sink.sql import PageRecord, Sink, migrate
 from tests.support.redis_server import PrivateRedis
 
@@ -45,7 +46,8 @@ async def restart_empty(server: PrivateRedis, client: Redis) -> None:
 
 def store_pages(database_url: str, crawl: str | None, n: int, *, failed: int = 0, credits: float = 0) -> None:
     migrate(database_url)
-    sink = Sink(database_url)
+    sink_db = Database(database_url)
+    sink = Sink(sink_db)
     try:
         records = [
             PageRecord(
@@ -62,18 +64,19 @@ def store_pages(database_url: str, crawl: str | None, n: int, *, failed: int = 0
         ]
         asyncio.run(sink.store_many(records))
     finally:
-        sink.close()
+        sink_db.close()
 
 
 def record_crawl(database_url: str, crawl: str, state: str = "running", max_pages: int | None = 50) -> None:
-    store = CrawlStore(database_url)
+    store_db = Database(database_url)
+    store = CrawlStore(store_db)
     try:
         options = {"domains": None, "max_depth": 3, "max_pages": max_pages, "priority": None}
         store.add(CrawlRecord(crawl, None, "running", [url(0)], options, datetime.now(UTC), None, None))
         if state != "running":
             store.end(crawl, "cancelled", {})
     finally:
-        store.close()
+        store_db.close()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -83,7 +86,8 @@ async def test_a_lost_store_is_rebuilt_from_the_sink_before_the_claim_goes_on(
     await asyncio.to_thread(store_pages, sqlite_url, "c1", 0)
     await asyncio.to_thread(record_crawl, sqlite_url, "c1")
     names = Names(PREFIX)
-    recovery = Recovery(lost_redis, names, sqlite_url, batch=7)  # several batches
+    recovery_db = Database(sqlite_url)
+    recovery = Recovery(lost_redis, names, recovery_db, batch=7)  # several batches
     try:
         root = SeenStore(lost_redis, names, DedupConfig(mode=mode), recovery)  # type: ignore[arg-type]
         seen = root.for_crawl("c1")
@@ -112,7 +116,7 @@ async def test_a_lost_store_is_rebuilt_from_the_sink_before_the_claim_goes_on(
         assert not await recovery.duplicate(seen, url(27))  # queued, not stored: fetch it
         assert await recovery.duplicate(seen, url(27))  # its second copy: not again
     finally:
-        recovery.close()
+        recovery_db.close()
 
 
 async def test_the_first_claim_of_a_crawl_that_stored_nothing_makes_its_store_without_a_rebuild(
@@ -120,14 +124,15 @@ async def test_the_first_claim_of_a_crawl_that_stored_nothing_makes_its_store_wi
 ) -> None:
     await asyncio.to_thread(store_pages, sqlite_url, "old", 3)
     names = Names(PREFIX)
-    recovery = Recovery(lost_redis, names, sqlite_url)
+    recovery_db = Database(sqlite_url)
+    recovery = Recovery(lost_redis, names, recovery_db)
     try:
         seen = SeenStore(lost_redis, names, None, recovery).for_crawl("new")
         assert await seen.claim([fingerprint(url(0))], b"seed") == [True]
         assert recovery.rebuilds == []
         assert not await recovery.duplicate(seen, url(0))  # never rebuilt: nothing is checked
     finally:
-        recovery.close()
+        recovery_db.close()
 
 
 async def test_many_claimers_wait_for_one_rebuild(
@@ -135,7 +140,8 @@ async def test_many_claimers_wait_for_one_rebuild(
 ) -> None:
     await asyncio.to_thread(store_pages, pg_url, None, 2000)
     names = Names(PREFIX)
-    recoveries = [Recovery(lost_redis, names, pg_url, batch=100) for _ in range(4)]
+    databases = [Database(pg_url) for _ in range(4)]  # four processes, a pool each
+    recoveries = [Recovery(lost_redis, names, db, batch=100) for db in databases]
     try:
         stores = [SeenStore(lost_redis, names, None, r) for r in recoveries]  # four processes
         for store in stores:
@@ -147,8 +153,8 @@ async def test_many_claimers_wait_for_one_rebuild(
         assert answers == [[False]] * 4  # none published a stored page again
         assert sum(len(r.rebuilds) for r in recoveries) == 2
     finally:
-        for recovery in recoveries:
-            recovery.close()
+        for db in databases:
+            db.close()
 
 
 async def test_a_lost_cancelled_crawl_stays_cancelled_and_is_not_rebuilt(
@@ -157,7 +163,8 @@ async def test_a_lost_cancelled_crawl_stays_cancelled_and_is_not_rebuilt(
     await asyncio.to_thread(store_pages, sqlite_url, "gone", 5)
     await asyncio.to_thread(record_crawl, sqlite_url, "gone", "cancelled")
     names = Names(PREFIX)
-    recovery = Recovery(lost_redis, names, sqlite_url)
+    recovery_db = Database(sqlite_url)
+    recovery = Recovery(lost_redis, names, recovery_db)
     try:
         seen = SeenStore(lost_redis, names, None, recovery).for_crawl("gone")
         await CrawlState(lost_redis, names).cancel("gone")
@@ -167,17 +174,18 @@ async def test_a_lost_cancelled_crawl_stays_cancelled_and_is_not_rebuilt(
         assert await CrawlState(lost_redis, names).cancelled("gone")
         assert recovery.rebuilds == []
     finally:
-        recovery.close()
+        recovery_db.close()
 
 
 async def test_a_store_emptied_by_reset_is_not_rebuilt(lost_redis: Redis, sqlite_url: str) -> None:
     await asyncio.to_thread(store_pages, sqlite_url, None, 5)
     names = Names(PREFIX)
-    recovery = Recovery(lost_redis, names, sqlite_url)
+    recovery_db = Database(sqlite_url)
+    recovery = Recovery(lost_redis, names, recovery_db)
     try:
         seen = SeenStore(lost_redis, names, None, recovery)
         await seen.forgotten()  # what `crawler reset` leaves
         assert await seen.claim([fingerprint(url(0))], b"seed") == [True]
         assert recovery.rebuilds == []
     finally:
-        recovery.close()
+        recovery_db.close()

@@ -11,6 +11,7 @@ import yaml
 
 from crawler.config import Rules, load_config
 from crawler.fetch.api import STREAM_MOST_BODY
+from crawler.sink.database import Database
 from crawler.sink.sitemaps import SitemapStore
 from crawler.worker import wiring
 from crawler.worker.sitemaps.fetching import rules_for_sitemaps
@@ -59,10 +60,11 @@ async def test_a_12_mb_sitemap_is_read_through_the_gateway(
     )
     with serving(site):
         await wiring.consume(settings, load_config(config_path), burst=True, seeds=[site.url()])
-    store = SitemapStore(sqlite_url)
+    store_db = Database(sqlite_url)
+    store = SitemapStore(store_db)
     try:
         read = store.files(site.host)
     finally:
-        store.close()
+        store_db.close()
     assert [(f.outcome, f.counts["discovered"]) for f in read] == [("read", 3)], read
     assert {url for url, _, _ in stored(sqlite_url)} == {site.url(), *(site.url(p) for p in listed)}

@@ -23,6 +23,7 @@ from crawler.monitor.status import management_url, render, rich_tables, status, 
 from crawler.names import Names
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlRecord, CrawlStore
+from crawler.sink.database import Database
 from crawler.sink.sql import PageRecord, Sink, migrate
 from demo.site import serve
 from tests.support.crawls import consumer, finish, seed
@@ -104,7 +105,8 @@ async def test_pages_stored_and_pages_per_second(
     sites = shops(products=1)
     settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", sites))
     await asyncio.to_thread(migrate, sqlite_url)
-    sink = Sink(sqlite_url)
+    sink_db = Database(sqlite_url)
+    sink = Sink(sink_db)
     long_ago = datetime.now(UTC) - timedelta(hours=2)
     try:
         await sink.store_many(
@@ -117,15 +119,16 @@ async def test_pages_stored_and_pages_per_second(
             ]
         )
     finally:
-        sink.close()
+        sink_db.close()
     # A skipped page has no row: its crawl's counts say it, an ended crawl's record, a running one's Redis.
-    crawls = CrawlStore(sqlite_url)
+    crawls_db = Database(sqlite_url)
+    crawls = CrawlStore(crawls_db)
     try:
         for crawl in ("ended", "running"):
             crawls.add(CrawlRecord(crawl, None, "running", [], {}, datetime.now(UTC), None, None))
         crawls.end("ended", "finished", {"a.test": {"ok": 1, "skipped": 2}})
     finally:
-        crawls.close()
+        crawls_db.close()
     async with connections.redis(settings.redis_url) as redis:
         await CrawlState(redis, settings.names).count(
             "running", {("a.test", "routed"): 3, ("a.test", "skipped"): 1}
@@ -269,7 +272,8 @@ async def test_credits_per_domain_show_only_when_some_domain_spent(
     settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", sites))
     config = load_config(settings.config_path)
     await asyncio.to_thread(migrate, sqlite_url)
-    sink = Sink(sqlite_url)
+    sink_db = Database(sqlite_url)
+    sink = Sink(sink_db)
     try:
         await sink.store_many([PageRecord("http://b.test/1", "b.test", 0, 1)])
         free = await status(settings, config)
@@ -281,7 +285,7 @@ async def test_credits_per_domain_show_only_when_some_domain_spent(
             ]
         )
     finally:
-        sink.close()
+        sink_db.close()
     data = await status(settings, config)
     by_domain = {d["domain"]: d for d in data["domains"]}
     assert (by_domain["a.test"]["credits"], by_domain["b.test"]["credits"]) == (6.5, 0)
@@ -298,7 +302,8 @@ async def test_a_schedule_shows_what_is_due_and_what_the_last_fetches_found(
     settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", sites))
     config = load_config(settings.config_path)
     await asyncio.to_thread(migrate, sqlite_url)
-    sink = Sink(sqlite_url)
+    sink_db = Database(sqlite_url)
+    sink = Sink(sink_db)
     now = datetime.now(UTC)
     try:
         plain = [PageRecord("http://b.test/1", "b.test", 0, 1)]
@@ -314,7 +319,7 @@ async def test_a_schedule_shows_what_is_due_and_what_the_last_fetches_found(
             ]
         )
     finally:
-        sink.close()
+        sink_db.close()
     data = await status(settings, config)
     freshness = {d["domain"]: d["freshness"] for d in data["domains"]}
     assert freshness["a.test"]["due"] == 5 and freshness["a.test"]["overdue_seconds"] >= 4 * 60

@@ -14,6 +14,7 @@ from crawler.quality.checks import Expectations
 from crawler.quality.coverage import Coverage, coverage_of, is_quality
 from crawler.quality.expect import load_expect
 from crawler.sink.crawls import CrawlRecord, CrawlStore
+from crawler.sink.database import Database
 from crawler.sink.sql import migrate
 
 DOMAIN = "shop.test"
@@ -91,14 +92,15 @@ async def test_a_finished_crawl_keeps_its_coverage_in_its_row(
     for i, price in enumerate([5.0, 6.0, None]):
         await state.count("c4", _page(i, price))
     migrate(sqlite_url)
-    store = CrawlStore(sqlite_url)
+    store_db = Database(sqlite_url)
+    store = CrawlStore(store_db)
     try:
         store.add(CrawlRecord("c4", None, "running", [], {}, datetime.now(UTC), None, None))
         assert store.end("c4", "finished", await state.counts("c4"))
         await state.forget("c4")
         record = store.get("c4")
     finally:
-        store.close()
+        store_db.close()
     assert await state.counts("c4") == {}
     assert record is not None and record.counts is not None
     kept = coverage_of(record.counts)[DOMAIN]

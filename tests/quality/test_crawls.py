@@ -29,6 +29,7 @@ from crawler.names import COVERAGE_ALERT_KEY
 from crawler.service import Control, NewCrawl
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlStore
+from crawler.sink.database import Database
 from crawler.worker import wiring
 from demo.site import Site, page, serve
 from tests.support.crawls import rows
@@ -154,7 +155,8 @@ async def test_a_template_change_mid_crawl_shows_alerts_and_a_fixed_rule_reparse
         switches(site, len(site.requests) + GOOD, new)
         # The gauges read while the second crawl runs, as a worker serving /metrics reads them.
         metrics = Metrics(process=False)
-        store = CrawlStore(settings.database_url)
+        store_db = Database(settings.database_url)
+        store = CrawlStore(store_db)
         state = CrawlState(redis, settings.names)
         config = load_config(path)
         async with Control.open(settings, config, "test") as control:
@@ -172,7 +174,7 @@ async def test_a_template_change_mid_crawl_shows_alerts_and_a_fixed_rule_reparse
                 exporter.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await exporter
-                store.close()
+                store_db.close()
         assert not running.exception()
         fetched = len(site.requests)
 

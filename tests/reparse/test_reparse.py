@@ -28,6 +28,7 @@ from crawler.reparse.run import Progress, Reparser
 from crawler.service import Control, NewCrawl
 from crawler.settings import Settings
 from crawler.sink import sql
+from crawler.sink.database import Database
 from crawler.sink.reparsed import ReparseStore, Selection
 from crawler.sink.tables import CONTENT
 from crawler.worker import wiring
@@ -113,7 +114,8 @@ async def archived(settings: Settings, pages: list[tuple[str, str, str | None]],
 async def answers(settings: Settings, exchanges: list[tuple[Exchange, str | None]], depth: int = 1) -> None:
     """Answers (and the crawl of each) archived, and their pages' rows stored pointing at them."""
     await asyncio.to_thread(sql.migrate, settings.database_url)
-    sink = sql.Sink(settings.database_url)
+    sink_db = Database(settings.database_url)
+    sink = sql.Sink(sink_db)
     try:
         async with Archive(settings.archive_dir, max_bytes=1 << 30, prefix="test") as archive:
             for i in range(0, len(exchanges), 500):
@@ -136,7 +138,7 @@ async def answers(settings: Settings, exchanges: list[tuple[Exchange, str | None
                 ]
                 await sink.store_many(records)
     finally:
-        sink.close()
+        sink_db.close()
 
 
 def run_row(database_url: str) -> tuple[int, int, int, int, bool]:
@@ -207,7 +209,8 @@ async def test_a_stopped_reparse_resumes_after_its_last_batch_and_reads_each_pag
     with serving(site):
         settings = await crawled(tmp_path, amqp_url, prefix, database_url, site)
     config = load_config(settings.config_path)
-    store = ReparseStore(database_url)
+    store_db = Database(database_url)
+    store = ReparseStore(store_db)
     try:
         selection = Selection((site.host,))
         stop = asyncio.Event()
@@ -225,7 +228,7 @@ async def test_a_stopped_reparse_resumes_after_its_last_batch_and_reads_each_pag
             config, store, settings.archive_dir, selection, workers=2, links=None, batch=15
         ).run(asyncio.Event(), reports.append)
     finally:
-        store.close()
+        store_db.close()
     assert (again.done, again.changed, again.resumed) == (N + 1, N + 1, True)
     assert run_row(database_url) == (N + 1, N + 1, 0, 0, True)  # one run, each page counted once
     assert all("price" in (r["data"] or {}) for r in rows(database_url).values() if r["url"] != site.url())
@@ -444,14 +447,15 @@ async def test_reparse_with_content_on_fills_the_content_of_an_archived_crawl(
         settings, [(Exchange(u, 200, [("Content-Type", t)], b, [], now), None) for u, t, b in exchanges]
     )
     configure(path, host, "127.0.0.35", content={"formats": ["markdown", "text"]}, history={})
-    store = ReparseStore(sqlite_url)
+    store_db = Database(sqlite_url)
+    store = ReparseStore(store_db)
     try:
         near = NearIndexes(redis, settings.names)
         progress = await Reparser(
             load_config(path), store, settings.archive_dir, Selection(), workers=1, links=None, near=near
         ).run(asyncio.Event(), lambda _: None)
     finally:
-        store.close()
+        store_db.close()
     assert (progress.done, progress.changed) == (5, 5)
     found = {r.url.rsplit("/", 1)[1]: r for r in query(sqlite_url, "SELECT * FROM pages")}
     assert "# How to brew better coffee at home" in found["article"].markdown.splitlines()

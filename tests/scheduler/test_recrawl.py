@@ -22,6 +22,7 @@ from crawler.scheduler.running import scheduling
 from crawler.scheduler.scheduler import Timing
 from crawler.settings import Settings
 from crawler.sink import sql
+from crawler.sink.database import Database
 from crawler.worker import wiring
 from tests.support.fresh import FreshSite, Page, fresh_site, html, serving
 from tests.support.services import run, settings_for
@@ -122,7 +123,8 @@ async def test_a_second_pass_asks_conditionally_and_tells_changed_unchanged_and_
 async def stored_due(database_url: str, domain: str, n: int, due: datetime) -> None:
     """`n` stored pages of `domain`, due at `due`."""
     await asyncio.to_thread(sql.migrate, database_url)
-    sink = sql.Sink(database_url)
+    sink_db = Database(database_url)
+    sink = sql.Sink(sink_db)
     try:
         await sink.store_many(
             [
@@ -139,7 +141,7 @@ async def stored_due(database_url: str, domain: str, n: int, due: datetime) -> N
             ]
         )
     finally:
-        sink.close()
+        sink_db.close()
 
 
 async def queued(amqp_url: str, queue: str) -> list[CrawlMessage]:

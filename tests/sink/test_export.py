@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from crawler.errors import ConfigError, NotFound
+from crawler.sink.database import Database
 from crawler.sink.export import COLUMNS, VERSION_COLUMNS, Query, export, parse_since
 from crawler.sink.sql import PageRecord, Sink, migrate
 from tests.support import versions
@@ -66,11 +67,12 @@ def records() -> list[PageRecord]:
 async def fill(database_url: str) -> str:
     """`database_url` with the three pages of `records`."""
     migrate(database_url)
-    sink = Sink(database_url)
+    sink_db = Database(database_url)
+    sink = Sink(sink_db)
     try:
         await sink.store_many(records())
     finally:
-        sink.close()
+        sink_db.close()
     return database_url
 
 
@@ -132,7 +134,8 @@ def test_csv_has_a_column_per_field(filled: str, tmp_path: Path) -> None:
 async def test_csv_cells_a_spreadsheet_would_run_are_made_inert(sqlite_url: str, tmp_path: Path) -> None:
     migrate(sqlite_url)
     hostile = ['=HYPERLINK("http://evil.test","x")', "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx"]
-    sink = Sink(sqlite_url)
+    sink_db = Database(sqlite_url)
+    sink = Sink(sink_db)
     try:
         await sink.store_many(
             [
@@ -150,7 +153,7 @@ async def test_csv_cells_a_spreadsheet_would_run_are_made_inert(sqlite_url: str,
             ]
         )
     finally:
-        sink.close()
+        sink_db.close()
     out = tmp_path / "pages.csv"
     export(sqlite_url, "csv", out)
     with out.open(newline="") as f:

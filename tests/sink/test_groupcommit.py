@@ -8,6 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from crawler.errors import SinkError
+from crawler.sink.database import Database
 from crawler.sink.groupcommit import GroupCommit
 from crawler.sink.sql import PageRecord, Sink, engine_url, migrate
 from crawler.sink.versions import Version
@@ -16,8 +17,8 @@ from crawler.sink.versions import Version
 class CountingSink(Sink):
     """The real sink, counting its transactions."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
+    def __init__(self, database: Database) -> None:
+        super().__init__(database)
         self.batches: list[int] = []
 
     async def store_many(self, records: Sequence[PageRecord]) -> dict[str, Version]:
@@ -40,7 +41,8 @@ def record(i: int) -> PageRecord:
 
 async def test_concurrent_writes_share_transactions(database_url: str) -> None:
     await asyncio.to_thread(migrate, database_url)
-    sink = CountingSink(database_url)
+    sink_db = Database(database_url)
+    sink = CountingSink(sink_db)
     try:
         writes = GroupCommit(sink)
         await asyncio.gather(*(writes.store(record(i)) for i in range(300)))
@@ -48,12 +50,13 @@ async def test_concurrent_writes_share_transactions(database_url: str) -> None:
         assert len(sink.batches) < 30  # grouped, not one commit per page
         assert count_rows(database_url) == 300
     finally:
-        sink.close()
+        sink_db.close()
 
 
 async def test_a_bad_row_fails_alone(pg_url: str) -> None:
     await asyncio.to_thread(migrate, pg_url)
-    sink = Sink(pg_url)
+    sink_db = Database(pg_url)
+    sink = Sink(sink_db)
     try:
         writes = GroupCommit(sink)
         # PostgreSQL refuses a unique-index entry this large: only its writer hears about it.
@@ -66,17 +69,18 @@ async def test_a_bad_row_fails_alone(pg_url: str) -> None:
         assert isinstance(results[20], SinkError)
         assert count_rows(pg_url) == 20
     finally:
-        sink.close()
+        sink_db.close()
 
 
 @pytest.mark.parametrize("n", [1, 2])
 async def test_small_batches_commit(sqlite_url: str, n: int) -> None:
     await asyncio.to_thread(migrate, sqlite_url)
-    sink = Sink(sqlite_url)
+    sink_db = Database(sqlite_url)
+    sink = Sink(sink_db)
     try:
         writes = GroupCommit(sink)
         for i in range(n):
             await writes.store(record(i))
         assert count_rows(sqlite_url) == n
     finally:
-        sink.close()
+        sink_db.close()

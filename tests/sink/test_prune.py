@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from crawler.config import History
 from crawler.settings import Settings
+from crawler.sink.database import Database
 from crawler.sink.prune import Pruner
 from crawler.sink.sql import PageRecord, create_sink_engine, engine_url
 from crawler.sink.tables import Page, PageVersion
@@ -48,9 +49,10 @@ def daily(url: str, days: int) -> list[list[PageRecord]]:
 @pytest.fixture
 def pruner(database_url: str) -> Iterator[Pruner]:
     # Batches this small take the keyset and the deletes through many rounds.
-    p = Pruner(database_url, pages=2, batch=3)
+    p_db = Database(database_url)
+    p = Pruner(p_db, pages=2, batch=3)
     yield p
-    p.close()
+    p_db.close()
 
 
 @pytest.mark.timeout(60)

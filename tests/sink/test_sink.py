@@ -20,6 +20,7 @@ from sqlalchemy import inspect, select, text
 
 import crawler
 from crawler.errors import ServiceUnavailable, SinkError
+from crawler.sink.database import Database
 from crawler.sink.sql import CONTENT_COLUMNS, PageRecord, Sink, create_sink_engine, engine_url, migrate
 from crawler.sink.tables import Base, Page
 
@@ -27,9 +28,10 @@ from crawler.sink.tables import Base, Page
 @pytest.fixture
 def sink(database_url: str) -> Iterator[Sink]:
     migrate(database_url)
-    s = Sink(database_url)
+    s_db = Database(database_url)
+    s = Sink(s_db)
     yield s
-    s.close()
+    s_db.close()
 
 
 def rows(database_url: str) -> list[dict[str, Any]]:
@@ -144,7 +146,9 @@ async def test_counts_ok_and_failed_per_domain(sink: Sink) -> None:
 
 async def test_two_sinks_writing_at_once_make_no_duplicates(database_url: str) -> None:
     migrate(database_url)
-    first, second = Sink(database_url), Sink(database_url)
+    # Two databases: two processes' pools.
+    first_db, second_db = Database(database_url), Database(database_url)
+    first, second = Sink(first_db), Sink(second_db)
     try:
         urls = [f"https://example.com/{i:03}" for i in range(75)]
         for attempt in range(10):
@@ -155,8 +159,8 @@ async def test_two_sinks_writing_at_once_make_no_duplicates(database_url: str) -
             )
         assert first.counts() == {"example.com": (75, 0)}
     finally:
-        first.close()
-        second.close()
+        first_db.close()
+        second_db.close()
     assert [r["url"] for r in rows(database_url)] == urls
 
 
@@ -205,11 +209,12 @@ def test_both_postgresql_url_spellings_work(pg_url: str) -> None:
     psycopg_url = pg_url.replace("postgresql://", "postgresql+psycopg://", 1)
     migrate(psycopg_url)
     for url in (pg_url, psycopg_url):
-        sink = Sink(url)
+        sink_db = Database(url)
+        sink = Sink(sink_db)
         try:
             assert sink.counts() == {}
         finally:
-            sink.close()
+            sink_db.close()
 
 
 def test_sqlite_connections_use_wal_and_wait_for_locks(sqlite_url: str) -> None:
@@ -256,12 +261,13 @@ def test_unreachable_database_is_service_unavailable(url: str) -> None:
 
 
 async def test_failed_write_is_sink_error_without_password() -> None:
-    sink = Sink("postgresql://u:sekret@127.0.0.1:1/x")
+    sink_db = Database("postgresql://u:sekret@127.0.0.1:1/x")
+    sink = Sink(sink_db)
     try:
         with pytest.raises(SinkError) as caught:
             await sink.store(record("https://example.com/a"))
     finally:
-        sink.close()
+        sink_db.close()
     assert "127.0.0.1:1" in str(caught.value)
     assert "sekret" not in str(caught.value)
 

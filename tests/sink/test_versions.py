@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from crawler.changes.feed import body
+from crawler.sink.database import Database
 from crawler.sink.sql import PageRecord, Sink, engine_url, migrate
 from crawler.sink.tables import PageVersion
 
@@ -24,9 +25,10 @@ STORED = CONTENT | {"simhash": "0000000000000abc", "near_duplicate_of": None, "c
 @pytest.fixture
 def sink(database_url: str) -> Iterator[Sink]:
     migrate(database_url)
-    made = Sink(database_url)
+    made_db = Database(database_url)
+    made = Sink(made_db)
     yield made
-    made.close()
+    made_db.close()
 
 
 def page(**changes: Any) -> PageRecord:

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from crawler.sink.database import Database
 from crawler.sink.sql import PageRecord, Sink, migrate
 
 T0 = datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
@@ -56,12 +57,13 @@ VERSIONS = [
 async def store(database_url: str, passes: Sequence[Sequence[PageRecord]] = PASSES) -> None:
     """Migrate the database and store `passes` through the sink, a batch each."""
     migrate(database_url)
-    sink = Sink(database_url)
+    sink_db = Database(database_url)
+    sink = Sink(sink_db)
     try:
         for records in passes:
             await sink.store_many(records)
     finally:
-        sink.close()
+        sink_db.close()
 
 
 def changes(url: str, times: Sequence[datetime]) -> list[list[PageRecord]]:

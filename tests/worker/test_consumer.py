@@ -26,6 +26,7 @@ from crawler.frontier.client import frontier
 from crawler.frontier.concurrency import short_retries
 from crawler.monitor.metrics import Metrics
 from crawler.names import HEADER_REASON, Names
+from crawler.sink.database import Database
 from crawler.sink.sql import Sink
 from crawler.worker import wiring
 from crawler.worker.consumer import Consumer
@@ -344,7 +345,8 @@ async def test_more_domains_than_a_connection_takes_are_a_clear_error_without_mo
     path.write_text(yaml.safe_dump(config))
     settings = settings_for(amqp_url, prefix, sqlite_url, path)
     loaded = load_config(path)
-    sink = Sink(sqlite_url)
+    sink_db = Database(sqlite_url)
+    sink = Sink(sink_db)
     fetcher = wiring.make_fetcher(loaded)
     try:
         async with frontier(settings, "test") as f:
@@ -361,4 +363,4 @@ async def test_more_domains_than_a_connection_takes_are_a_clear_error_without_mo
                 await worker.run()
     finally:
         await fetcher.aclose()
-        sink.close()
+        sink_db.close()

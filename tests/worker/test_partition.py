@@ -26,6 +26,7 @@ from crawler.frontier.router import Router
 from crawler.frontier.settling import Settling
 from crawler.monitor.metrics import Metrics
 from crawler.names import Names
+from crawler.sink.database import Database
 from crawler.sink.sql import Sink, engine_url, migrate
 from crawler.worker import wiring
 from crawler.worker.pipeline import Pipeline
@@ -234,7 +235,8 @@ async def test_a_delivery_whose_channel_closed_mid_fetch_is_neither_stored_nor_a
     with serve(site):
         await seed(settings, site.url())
         async with client.frontier(settings, "test", config) as f:
-            sink = Sink(sqlite_url)
+            sink_db = Database(sqlite_url)
+            sink = Sink(sink_db)
             fetcher = wiring.make_fetcher(config)
             try:
                 parts = wiring.parts(f, names, config, sink, fetcher, metrics)
@@ -269,7 +271,7 @@ async def test_a_delivery_whose_channel_closed_mid_fetch_is_neither_stored_nor_a
             finally:
                 closed.set()
                 await fetcher.aclose()
-                sink.close()
+                sink_db.close()
         assert site.hits("/") == 1
         assert stored(sqlite_url) == []  # not stored
         tiers = [names.retry_queue(t) for t in config.retry_tiers]

@@ -25,6 +25,7 @@ from crawler.names import Names
 from crawler.scheduler.running import scheduling
 from crawler.settings import Settings
 from crawler.sink import sql
+from crawler.sink.database import Database
 from crawler.sink.sitemaps import SitemapRead, SitemapStore
 from crawler.worker import wiring
 from tests.support.crawls import consumer, finish, seed
@@ -92,11 +93,12 @@ def stored(database_url: str) -> dict[str, dict[str, Any]]:
 
 
 def files(database_url: str, domain: str) -> dict[str, SitemapRead]:
-    store = SitemapStore(database_url)
+    store_db = Database(database_url)
+    store = SitemapStore(store_db)
     try:
         return {f.url.rsplit("/", 1)[-1]: f for f in store.files(domain)}
     finally:
-        store.close()
+        store_db.close()
 
 
 def page(title: str) -> Page:
