@@ -75,10 +75,13 @@ class Admission:
         robots: Robots,
         rules_of: Callable[[str], Rules],
         now_only: Callable[[str], bool] = lambda domain: False,
+        paired: Callable[[], bool] = lambda: False,
     ) -> None:
         """`now_only(domain)`: grant its pages only a token due now, never one reserved ahead (a
-        discovered host's page waits out of its shard instead: crawler/frontier/hosts.py)."""
+        discovered host's page waits out of its shard instead: crawler/frontier/hosts.py).
+        `paired()`: a request's token comes with its address's (`per_ip:`), which its visit takes."""
         self._names = names
+        self._paired = paired
         self._now_only = now_only
         self._limiter = limiter
         self._robots = robots
@@ -110,7 +113,7 @@ class Admission:
             if verdict is None or not verdict.allowed:
                 return None  # fetching robots.txt, or a page it keeps out, goes the long way
             crawl_delay = verdict.crawl_delay
-        if rules.max_credits is not None:
+        if rules.max_credits is not None or self._paired():
             return None
         names = self._names.for_crawl(crawl)
         horizon = 0.0 if self._now_only(domain) else HORIZON

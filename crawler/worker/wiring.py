@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from crawler import connections
 from crawler.archive import Archive
 from crawler.config import CrawlConfig
+from crawler.dns import HostResolver
 from crawler.errors import BadURL, ConfigError
 from crawler.fetch.aio import AiohttpFetcher
 from crawler.fetch.api import ApiEndpoint, ApiFetcher, RoutingFetcher
@@ -33,6 +34,7 @@ from crawler.sink.schedule import Schedule
 from crawler.sink.sitemaps import SitemapStore
 from crawler.sink.sql import Sink, migrate
 from crawler.webhooks import delivering
+from crawler.worker.addresses import Addresses, host_resolver
 from crawler.worker.admission import Admission
 from crawler.worker.archiving import Archiving, ArchivingFetcher, archive_for
 from crawler.worker.backoffs import KeptBackoffs
@@ -53,12 +55,15 @@ class Consumed:
     ending: Ending
 
 
-def make_fetcher(config: CrawlConfig) -> BoundedFetcher:
-    """The fetch transport domains.yaml chose."""
-    return AiohttpFetcher(config) if config.fetcher == "aiohttp" else HttpFetcher(config)
+def make_fetcher(config: CrawlConfig, resolver: HostResolver | None = None) -> BoundedFetcher:
+    """The fetch transport domains.yaml chose; with `resolver`, names are resolved through it."""
+    make = AiohttpFetcher if config.fetcher == "aiohttp" else HttpFetcher
+    return make(config, resolver=resolver)
 
 
-def make_fetchers(config: CrawlConfig, settings: Settings) -> tuple[Fetcher, str]:
+def make_fetchers(
+    config: CrawlConfig, settings: Settings, resolver: HostResolver | None = None
+) -> tuple[Fetcher, str]:
     """The worker's fetcher (direct, plus the fetch service if any domain uses `fetch: api` or
     settings name one) and the name its credits count under."""
     wanted = config.defaults.uses_api or any(r.uses_api for r in config.rules.values())
@@ -67,7 +72,7 @@ def make_fetchers(config: CrawlConfig, settings: Settings) -> tuple[Fetcher, str
         if wanted or settings.fetch_api_url
         else None
     )
-    direct = make_fetcher(config)
+    direct = make_fetcher(config, resolver)
     if endpoint is None:
         return direct, "gateway"
     api = ApiFetcher(config, endpoint)
@@ -85,11 +90,12 @@ def parts(
     database_url: str | None = None,
     archive: Archive | None = None,
     content: Contents | None = None,
+    resolver: HostResolver | None = None,
 ) -> Parts:
     """A consumer's parts, each made once: the live configuration, the page visit, dedup, quota, cost
     and writes; with `database_url`, what sitemap tasks read and write in the sink; with `archive`,
     where the answers of domains with `archive: true` are written; with `content`, what makes the
-    content of domains with `content:` on."""
+    content of domains with `content:` on; with `resolver`, the fleet's DNS cache `per_ip:` reads."""
     live = LiveConfig(config)
     archiving = None
     if archive is not None:
@@ -105,9 +111,16 @@ def parts(
     domain_state = DomainStore(database_url) if database_url else None
     records = CrawlStore(database_url) if database_url else None
     backoffs = KeptBackoffs(domain_state) if domain_state else None
-    visit = visitor(live, f.redis, names, fetcher, archiving, backoffs, content)
+    addresses = Addresses(resolver, lambda: live.config) if resolver is not None else None
+    visit = visitor(live, f.redis, names, fetcher, archiving, backoffs, content, addresses)
     admission = Admission(
-        f.redis, names, visit.limiter, visit.robots, live.rules, lambda d: live.config.discovered(d)
+        f.redis,
+        names,
+        visit.limiter,
+        visit.robots,
+        live.rules,
+        lambda d: live.config.discovered(d),
+        lambda: addresses is not None and live.config.per_ip is not None,
     )
     return Parts(
         live,
@@ -136,11 +149,13 @@ def visitor(
     archiving: Archiving | None = None,
     backoffs: KeptBackoffs | None = None,
     content: Contents | None = None,
+    addresses: Addresses | None = None,
 ) -> Visitor:
     """One page's visit: robots.txt and the rate limiter shared through Redis, over `fetcher`; with
     `archiving`, the answers of domains with `archive: true` are archived; with `backoffs`, each
     domain's back-off is kept in the database too, and a bucket Redis lost comes back with it; with
-    `content`, pages of domains with `content:` on get their content."""
+    `content`, pages of domains with `content:` on get their content; with `addresses`, each request
+    takes a token of its address's `per_ip:` budget too."""
     robots_fetcher = fetcher if archiving is None else ArchivingFetcher(fetcher, archiving)
     return Visitor(
         fetcher,
@@ -152,6 +167,7 @@ def visitor(
         archiving,
         backoffs,
         content,
+        addresses,
     )
 
 
@@ -241,7 +257,8 @@ async def consume(
         )
         sink = Sink(settings.database_url)
         stack.callback(sink.close)
-        fetcher, backend = make_fetchers(config, settings)
+        resolver = host_resolver(config, f.redis, settings.names)
+        fetcher, backend = make_fetchers(config, settings, resolver)
         stack.push_async_callback(fetcher.aclose)
         if isinstance(fetcher, RoutingFetcher) and fetcher.api is not None:
             await fetcher.api.check_renders(config)
@@ -268,6 +285,7 @@ async def consume(
             settings.database_url,
             archive,
             content,
+            resolver,
         )
         for closing in (made.sitemap_store, made.schedule, made.domain_state, made.crawl_records):
             if closing is not None:
