@@ -120,7 +120,7 @@ def parts(
         visit.robots,
         live.rules,
         lambda d: live.config.discovered(d),
-        lambda: addresses is not None and live.config.per_ip is not None,
+        addresses,
     )
     return Parts(
         live,

@@ -51,8 +51,8 @@ def test_names_resolve_through_the_nameservers_and_dns_failures_are_page_errors(
 ) -> None:
     port = free_port(A, B)
     links = [f"http://{h}:{port}/" for h in ("b.test", "nope.test", "evil.test", "x.refused.test")]
-    a = Site("a.test", A, port, {"/": page("a", links)})  # type: ignore[dict-item]
-    b = Site("b.test", B, port, {"/": page("b", ["/p1"]), "/p1": page("b1", [])})  # type: ignore[dict-item]
+    a = Site("a.test", A, port, {"/": page("a", links)})
+    b = Site("b.test", B, port, {"/": page("b", ["/p1"]), "/p1": page("b1", [])})
     dns = {"backoff": 0.1, "max_backoff": 0.2}
     path = configure(tmp_path / "d.yaml", nameserver, dns=dns)
     settings = settings_for(amqp_url, prefix, sqlite_url, path)
@@ -85,7 +85,7 @@ def test_hosts_on_one_address_share_its_per_ip_budget(
 ) -> None:
     port = free_port(A, B)
     hosts = ("b.test", "www.b.test")  # one address, 127.0.0.22: one server answers both
-    a = Site("a.test", A, port, {"/": page("a", [f"http://{h}:{port}/" for h in hosts])})  # type: ignore[dict-item]
+    a = Site("a.test", A, port, {"/": page("a", [f"http://{h}:{port}/" for h in hosts])})
     paths = [f"/p{i}" for i in range(1, 5)]
     routes: dict[str, Any] = {"/": page("b", paths), **{p: page(p, []) for p in paths}}
     b = Site("b.test", B, port, routes)
