@@ -244,13 +244,16 @@ class RateLimiter:
         return [key], self._args(key, budget, domain, horizon)
 
     def take_pair_args(
-        self, domain: str, budget: Budget, address: str, per_ip: Budget
+        self, domain: str, budget: Budget, address: str, per_ip: Budget, horizon: float = HORIZON
     ) -> tuple[list[str], list[float | str]]:
         """The keys and arguments of one TAKE_PAIR for `domain` on `address`: the host's first, the
-        address's last (a script running it inline puts its own between)."""
+        address's last (a script running it inline puts its own between); `horizon` as take_args'."""
         host = self._names.bucket_key(domain)
         ip = self._names.ip_bucket_key(address)
-        return [host, ip], [*self._args(host, budget, domain), *self._args(ip, per_ip)]
+        return [host, ip], [
+            *self._args(host, budget, domain, horizon),
+            *self._args(ip, per_ip, None, horizon),
+        ]
 
     async def acquire(
         self,

@@ -22,7 +22,14 @@ from redis.asyncio.lock import Lock
 from redis.exceptions import LockError
 
 from crawler.config import Rules
-from crawler.errors import BackendHalt, FetchBackendError, FetchError, NoSuchHost, Refused
+from crawler.errors import (
+    BackendHalt,
+    FetchBackendError,
+    FetchError,
+    NoSuchHost,
+    Refused,
+    ResolveFailed,
+)
 from crawler.fetch.fetcher import Fetcher, Hop, follow
 from crawler.names import ROBOTS_ERROR_TTL, ROBOTS_LOCK_TTL, ROBOTS_TTL, Names
 
@@ -155,6 +162,8 @@ class Robots:
             if exc.status_code is None:  # refused before the site said anything (guard, scope, name)
                 return _Policy(None, None, exc)
             return json.dumps({"allow": True}).encode(), ROBOTS_TTL  # a redirect nowhere: unavailable
+        except ResolveFailed as exc:  # the fleet's DNS cache holds its back-off: no verdict to keep
+            return _Policy(None, f"robots.txt not fetched: {exc}")
         except FetchError as exc:
             if exc.transient:  # unreachable (RFC 9309 2.3.1.4): disallow all for a while
                 return json.dumps(

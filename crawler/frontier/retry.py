@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-from crawler.errors import FetchError
+from crawler.errors import FetchError, ResolveFailed
 
 TRANSIENT_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 # A tier's queue holds messages up to this factor longer than its delay, so a per-message expiry
@@ -41,8 +41,10 @@ def from_status(status: int, retry_after: str | None, now: datetime | None = Non
 
 
 def from_error(exc: FetchError) -> Failure:
-    """The failure a fetch error stands for."""
-    return Failure("transient" if exc.transient else "permanent", str(exc), exc.status_code)
+    """The failure a fetch error stands for; a name that cannot be resolved now comes back no sooner
+    than the fleet's DNS cache asks again."""
+    retry_after = exc.retry_after if isinstance(exc, ResolveFailed) and exc.retry_after > 0 else None
+    return Failure("transient" if exc.transient else "permanent", str(exc), exc.status_code, retry_after)
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:

@@ -16,19 +16,23 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from crawler.config import Rules
-from crawler.fetch.ratelimit import HORIZON, TAKE, TAKE_ARGS, RateLimiter, budget
+from crawler.errors import FetchError
+from crawler.fetch.ratelimit import HORIZON, TAKE, TAKE_ARGS, TAKE_PAIR, RateLimiter, budget
 from crawler.fetch.robots import Robots
 from crawler.names import Names
+from crawler.worker.addresses import Addresses
 from crawler.worker.page import Admitted
 
 # Runs before TAKE and returns early when the page is not to be fetched, so a refused page takes no
 # token. KEYS[1] the bucket (TAKE's), KEYS[2] the cancelled crawls, KEYS[3] the domain's page count,
 # KEYS[4] the crawl's. ARGV[1..TAKE_ARGS] TAKE's, then the crawl id ('' none), '1' to count the page,
-# the domain's max_pages and the crawl's ('' none).
-_ADMIT = (
+# the domain's max_pages and the crawl's ('' none). Before TAKE_PAIR (`per_ip:`), the address's
+# bucket is a fifth key and its arguments follow.
+_CHECKS = (
     f"""
 local crawl, count = ARGV[{TAKE_ARGS + 1}], ARGV[{TAKE_ARGS + 2}]
 local max_pages, crawl_max_pages = ARGV[{TAKE_ARGS + 3}], ARGV[{TAKE_ARGS + 4}]
@@ -42,10 +46,14 @@ if count == '1' then
   end
 end
 """
-    + TAKE
 )
+_ADMIT = _CHECKS + TAKE
+_ADMIT_PAIR = _CHECKS + TAKE_PAIR
 
 CANCELLED, DOMAIN_FULL, CRAWL_FULL = -1, -2, -3
+
+_Waiting = tuple[AsyncScript, list[str], list[Any], "asyncio.Future[Any]"]
+"""A page's check waiting to be sent: its script, keys, arguments, and where its answer goes."""
 
 Held = Literal["cancelled", "max_pages", "crawl_max_pages"]
 _HELD: dict[int, Held] = {CANCELLED: "cancelled", DOMAIN_FULL: "max_pages", CRAWL_FULL: "crawl_max_pages"}
@@ -75,17 +83,21 @@ class Admission:
         robots: Robots,
         rules_of: Callable[[str], Rules],
         now_only: Callable[[str], bool] = lambda domain: False,
+        addresses: Addresses | None = None,
     ) -> None:
         """`now_only(domain)`: grant its pages only a token due now, never one reserved ahead (a
-        discovered host's page waits out of its shard instead: crawler/frontier/hosts.py)."""
+        discovered host's page waits out of its shard instead: crawler/frontier/hosts.py).
+        `addresses`: a page's token comes with its address's (`per_ip:`), in the same script."""
         self._names = names
+        self._addresses = addresses
         self._now_only = now_only
         self._limiter = limiter
         self._robots = robots
         self._rules_of = rules_of  # the live rules, as the visit's own token would ask them
         self._redis = redis
         self._admit = redis.register_script(_ADMIT)
-        self._waiting: list[tuple[list[str], list[Any], asyncio.Future[Any]]] = []
+        self._admit_pair = redis.register_script(_ADMIT_PAIR)
+        self._waiting: list[_Waiting] = []
         self._sender: asyncio.Task[None] | None = None
 
     async def check(
@@ -112,28 +124,37 @@ class Admission:
             crawl_delay = verdict.crawl_delay
         if rules.max_credits is not None:
             return None
+        try:
+            share = None if self._addresses is None else await self._addresses.share(url)
+        except FetchError:
+            return None  # its visit fails with the same error, from the fleet's DNS cache
         names = self._names.for_crawl(crawl)
         horizon = 0.0 if self._now_only(domain) else HORIZON
         allowance = budget(self._rules_of(domain), crawl_delay)
-        take_keys, take_args = self._limiter.take_args(domain, allowance, horizon)
+        if share is None:
+            take_keys, take_args = self._limiter.take_args(domain, allowance, horizon)
+        else:
+            take_keys, take_args = self._limiter.take_pair_args(domain, allowance, *share, horizon)
         crawl_pages = self._names.crawl_pages_key(crawl) if crawl is not None else self._names.cancelled_key
-        keys = [*take_keys, self._names.cancelled_key, names.pages_key(domain), crawl_pages]
+        keys = [take_keys[0], self._names.cancelled_key, names.pages_key(domain), crawl_pages, *take_keys[1:]]
         args: list[str | int | float] = [
-            *take_args,
+            *take_args[:TAKE_ARGS],
             crawl if cancellable and crawl is not None else "",
             "1" if count else "0",
             rules.max_pages,
             crawl_max_pages if crawl is not None and crawl_max_pages is not None else "",
+            *take_args[TAKE_ARGS:],
         ]
-        grant, wait = await self._run(keys, args)
+        script = self._admit if share is None else self._admit_pair
+        grant, wait = await self._run(script, keys, args)
         if int(grant) < 0:
             return Checked(held=_HELD[int(grant)])
         return Checked(admitted=Admitted((int(grant), float(wait)), crawl_delay))
 
-    async def _run(self, keys: list[str], args: list[Any]) -> Any:
-        """Run the script with those of other pages checked in the same loop turn."""
+    async def _run(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
+        """Run `script` with those of other pages checked in the same loop turn."""
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting.append((keys, args, answer))
+        self._waiting.append((script, keys, args, answer))
         if self._sender is None:
             self._sender = asyncio.create_task(self._send())
         return await asyncio.shield(answer)
@@ -147,7 +168,7 @@ class Admission:
                     answers = await self._pipelined(group)
                 except Exception as exc:
                     answers = [exc] * len(group)
-                for (_, _, answer), result in zip(group, answers, strict=True):
+                for (_, _, _, answer), result in zip(group, answers, strict=True):
                     if answer.done():
                         continue
                     if isinstance(result, Exception):
@@ -157,17 +178,17 @@ class Admission:
         finally:
             self._sender = None
 
-    async def _pipelined(self, group: list[tuple[list[str], list[Any], asyncio.Future[Any]]]) -> list[Any]:
+    async def _pipelined(self, group: list[_Waiting]) -> list[Any]:
         if len(group) == 1:
-            keys, args, _ = group[0]
-            return [await self._admit(keys=keys, args=args)]
+            script, keys, args, _ = group[0]
+            return [await script(keys=keys, args=args)]
         # EVALSHA queued directly: redis-py would ask SCRIPT EXISTS before every pipeline of scripts.
         pipe = self._redis.pipeline(transaction=False)
-        for keys, args, _ in group:
-            pipe.evalsha(self._admit.sha, len(keys), *keys, *args)
+        for script, keys, args, _ in group:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
         answers: list[Any] = await pipe.execute(raise_on_error=False)
         for i, answer in enumerate(answers):
             if isinstance(answer, NoScriptError):  # not run (a restarted Redis): load it and run it
-                keys, args, _ = group[i]
-                answers[i] = await self._admit(keys=keys, args=args)
+                script, keys, args, _ = group[i]
+                answers[i] = await script(keys=keys, args=args)
         return answers

@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from crawler import connections
 from crawler.archive import Archive
 from crawler.config import CrawlConfig
+from crawler.dns import HostResolver
 from crawler.fetch.aio import AiohttpFetcher
 from crawler.fetch.api import ApiEndpoint, ApiFetcher, RoutingFetcher
 from crawler.fetch.fetcher import BoundedFetcher, Fetcher, HttpFetcher, request_headers
@@ -32,6 +33,7 @@ from crawler.sink.schedule import Schedule
 from crawler.sink.sitemaps import SitemapStore
 from crawler.sink.sql import Sink
 from crawler.webhooks import delivering
+from crawler.worker.addresses import Addresses, host_resolver
 from crawler.worker.admission import Admission
 from crawler.worker.archiving import Archiving, ArchivingFetcher, archive_for
 from crawler.worker.backoffs import KeptBackoffs
@@ -44,12 +46,15 @@ from crawler.worker.tuning import DEFAULT_TUNING, Tuning
 from crawler.worker.watching import Monitoring, monitored
 
 
-def make_fetcher(config: CrawlConfig) -> BoundedFetcher:
-    """The fetch transport domains.yaml chose."""
-    return AiohttpFetcher(config) if config.fetcher == "aiohttp" else HttpFetcher(config)
+def make_fetcher(config: CrawlConfig, resolver: HostResolver | None = None) -> BoundedFetcher:
+    """The fetch transport domains.yaml chose; with `resolver`, names are resolved through it."""
+    make = AiohttpFetcher if config.fetcher == "aiohttp" else HttpFetcher
+    return make(config, resolver=resolver)
 
 
-def make_fetchers(config: CrawlConfig, settings: Settings) -> tuple[Fetcher, str]:
+def make_fetchers(
+    config: CrawlConfig, settings: Settings, resolver: HostResolver | None = None
+) -> tuple[Fetcher, str]:
     """The worker's fetcher (direct, plus the fetch service if any domain uses `fetch: api` or
     settings name one) and the name its credits count under."""
     wanted = config.defaults.uses_api or any(r.uses_api for r in config.rules.values())
@@ -58,7 +63,7 @@ def make_fetchers(config: CrawlConfig, settings: Settings) -> tuple[Fetcher, str
         if wanted or settings.fetch_api_url
         else None
     )
-    direct = make_fetcher(config)
+    direct = make_fetcher(config, resolver)
     if endpoint is None:
         return direct, "gateway"
     api = ApiFetcher(config, endpoint)
@@ -76,12 +81,13 @@ def parts(
     database: Database | None = None,
     archive: Archive | None = None,
     content: Contents | None = None,
+    resolver: HostResolver | None = None,
 ) -> Parts:
     """A consumer's parts, each made once: the live configuration, the page visit, dedup, quota, cost
     and writes; with `database` (the sink's), what sitemap tasks, kept back-offs and crawl records
     read and write in it; with `archive`,
     where the answers of domains with `archive: true` are written; with `content`, what makes the
-    content of domains with `content:` on."""
+    content of domains with `content:` on; with `resolver`, the fleet's DNS cache `per_ip:` reads."""
     live = LiveConfig(config)
     archiving = None
     if archive is not None:
@@ -97,9 +103,16 @@ def parts(
     domain_state = DomainStore(database) if database else None
     records = CrawlStore(database) if database else None
     backoffs = KeptBackoffs(domain_state) if domain_state else None
-    visit = visitor(live, f.redis, names, fetcher, archiving, backoffs, content)
+    addresses = Addresses(resolver, lambda: live.config) if resolver is not None else None
+    visit = visitor(live, f.redis, names, fetcher, archiving, backoffs, content, addresses)
     admission = Admission(
-        f.redis, names, visit.limiter, visit.robots, live.rules, lambda d: live.config.discovered(d)
+        f.redis,
+        names,
+        visit.limiter,
+        visit.robots,
+        live.rules,
+        lambda d: live.config.discovered(d),
+        addresses,
     )
     return Parts(
         live,
@@ -128,11 +141,13 @@ def visitor(
     archiving: Archiving | None = None,
     backoffs: KeptBackoffs | None = None,
     content: Contents | None = None,
+    addresses: Addresses | None = None,
 ) -> Visitor:
     """One page's visit: robots.txt and the rate limiter shared through Redis, over `fetcher`; with
     `archiving`, the answers of domains with `archive: true` are archived; with `backoffs`, each
     domain's back-off is kept in the database too, and a bucket Redis lost comes back with it; with
-    `content`, pages of domains with `content:` on get their content."""
+    `content`, pages of domains with `content:` on get their content; with `addresses`, each request
+    takes a token of its address's `per_ip:` budget too."""
     robots_fetcher = fetcher if archiving is None else ArchivingFetcher(fetcher, archiving)
     return Visitor(
         fetcher,
@@ -144,6 +159,7 @@ def visitor(
         archiving,
         backoffs,
         content,
+        addresses,
     )
 
 
@@ -201,10 +217,10 @@ class WorkerBuilder:
         self.monitoring.metrics.follow_blocking(blocking)
         return await stack.enter_async_context(connections.broker(self.settings.amqp_url, role, blocking))
 
-    async def _fetcher(self, stack: AsyncExitStack) -> tuple[Fetcher, str]:
+    async def _fetcher(self, stack: AsyncExitStack, resolver: HostResolver | None) -> tuple[Fetcher, str]:
         """The worker's fetcher and the name its credits count under (make_fetchers), the renders
         domains.yaml asks of the fetch service checked."""
-        fetcher, backend = make_fetchers(self.config, self.settings)
+        fetcher, backend = make_fetchers(self.config, self.settings, resolver)
         stack.push_async_callback(fetcher.aclose)
         if isinstance(fetcher, RoutingFetcher) and fetcher.api is not None:
             await fetcher.api.check_renders(self.config)
@@ -215,7 +231,8 @@ class WorkerBuilder:
         with `stack`."""
         settings, config, metrics = self.settings, self.config, self.monitoring.metrics
         sink = Sink(db)
-        fetcher, backend = await self._fetcher(stack)
+        resolver = host_resolver(config, f.redis, settings.names)
+        fetcher, backend = await self._fetcher(stack, resolver)
         # Opens no file until an archived domain's first answer: domains.yaml may turn it on later.
         archive = await stack.enter_async_context(archive_for(settings, config, metrics))
         if any(rules.archive for rules in config.rules.values()):
@@ -223,7 +240,9 @@ class WorkerBuilder:
         content = await stack.enter_async_context(
             contents(config, f.redis, settings.names, metrics, self.tuning.content_processes)
         )
-        return parts(f, settings.names, config, sink, fetcher, metrics, backend, db, archive, content)
+        return parts(
+            f, settings.names, config, sink, fetcher, metrics, backend, db, archive, content, resolver
+        )
 
     def _consumer(self, stack: AsyncExitStack, f: Frontier, made: Parts, publishing: Connection) -> Consumer:
         """The consumer of the worker's domains, more connections opened in `stack` as it needs them."""

@@ -15,7 +15,7 @@ from crawler.archive import Archived
 from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, Cancelled, FetchError, Refused, TooManyRedirects
 from crawler.fetch.fetcher import Fetcher, Response, conditional_headers
-from crawler.fetch.ratelimit import RateLimiter, Taken, budget
+from crawler.fetch.ratelimit import Budget, RateLimiter, Taken, budget
 from crawler.fetch.robots import Robots
 from crawler.fetch.robots import Verdict as RobotsVerdict
 from crawler.frontier import recrawl
@@ -28,6 +28,7 @@ from crawler.parse.reading import read_page
 from crawler.parse.signature import signature_of
 from crawler.quality.checks import Expectations, Verdict
 from crawler.visited import Answered, PageTask, Validators, Visited
+from crawler.worker.addresses import Addresses
 from crawler.worker.archiving import Archiving
 from crawler.worker.backoffs import KeptBackoffs
 from crawler.worker.content import Contents
@@ -194,7 +195,9 @@ class Visitor:
         archiving: Archiving | None = None,
         backoffs: KeptBackoffs | None = None,
         contents: Contents | None = None,
+        addresses: Addresses | None = None,
     ) -> None:
+        self._addresses = addresses  # None: no budget per IP address (no `per_ip:`, or tests)
         self._contents = contents  # None: no domain has `content:` on (or tests)
         self._archiving = archiving  # None: nothing is archived (tests)
         self._backoffs = backoffs  # None: back-offs live in Redis only (tests)
@@ -256,7 +259,11 @@ class Visitor:
             if kept_out is not None:
                 return kept_out
             crawl_delay = verdict.crawl_delay
-        waited = await self._rate_token(task, crawl_delay, admitted, cancelled)
+        try:
+            share = await self._share(task.url)
+        except FetchError as exc:  # its name has no address, or cannot be resolved now
+            return _fetch_failed(task, exc, 0.0, Fetched(0.0, 0, exc))
+        waited = await self._rate_token(task, crawl_delay, admitted, cancelled, share)
         started = time.monotonic()
         if start_by is not None and started > start_by:
             return Visit(Visited(task), rate_wait=waited, late=True)
@@ -288,13 +295,16 @@ class Visitor:
         crawl_delay: float | None,
         admitted: Admitted | None,
         cancelled: Callable[[], Awaitable[bool]] | None,
+        share: tuple[str, Budget] | None = None,
     ) -> float:
-        """Wait for the domain's rate token; the seconds waited. Cancelled if its crawl was meanwhile."""
+        """Wait for the domain's rate token (and its address's, with `share`); the seconds waited.
+        Cancelled if its crawl was meanwhile."""
         domain = task.domain
         waited = await self._limiter.acquire(
             domain,
             lambda: budget(self._rules_of(domain), crawl_delay),
             admitted.taken if admitted is not None else None,
+            share,
         )
         # The rate wait may have been long: a cancel that answered meanwhile must stop this request.
         if cancelled is not None and await cancelled():
@@ -407,4 +417,9 @@ class Visitor:
         """Clear one request of a followed chain: in scope, and a token from its own domain's bucket."""
         canonical = self._scope.canonical(url)
         domain = self._scope.domain(canonical) or host_of(canonical)
-        await self._limiter.acquire(domain, lambda: budget(self._rules_of(domain), None))
+        share = await self._share(canonical)
+        await self._limiter.acquire(domain, lambda: budget(self._rules_of(domain), None), ip=share)
+
+    async def _share(self, url: str) -> tuple[str, Budget] | None:
+        """The address `url`'s request goes to and the budget it shares there; None without `per_ip:`."""
+        return None if self._addresses is None else await self._addresses.share(url)

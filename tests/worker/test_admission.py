@@ -10,12 +10,14 @@ from redis.asyncio import Redis
 
 from bench.crash import max_in_window
 from crawler.config import CrawlConfig, Rules
+from crawler.dns import HostResolver
 from crawler.fetch.fetcher import BoundedFetcher
 from crawler.fetch.ratelimit import RateLimiter, budget
 from crawler.fetch.robots import Robots
 from crawler.frontier.crawls import CrawlState
 from crawler.frontier.quota import PageQuota
 from crawler.names import Names
+from crawler.worker.addresses import Addresses
 from crawler.worker.admission import Admission, Checked
 from crawler.worker.wiring import make_fetcher
 
@@ -152,3 +154,39 @@ async def test_pages_checked_together_share_a_write_and_each_get_their_answer(
     assert int(await redis.get(names.for_crawl("c1").pages_key("a.test")) or 0) == 12
     tokens = float(await redis.hget(names.bucket_key("a.test"), "tokens") or 0)
     assert 94.9 < tokens < 95.1  # a token for each admitted page only
+
+
+async def test_with_per_ip_a_page_takes_its_addresss_token_in_the_same_script(
+    redis: Redis, prefix: str, fetchers: list[BoundedFetcher]
+) -> None:
+    names = Names(prefix)
+    config = CrawlConfig.model_validate(
+        {
+            "domains": {"a.test": {}, "b.test": {}},
+            "resolve": {"a.test": "127.0.0.9", "b.test": "127.0.0.9"},
+            "per_ip": {"rate": 1, "burst": 1},
+        }
+    )
+    rules = Rules(obey_robots=False, rate=100, burst=5)
+    fetchers.append(make_fetcher(config))
+    addresses = Addresses(HostResolver(redis, names, config.dns), lambda: config)
+    robots = Robots(redis, names, fetchers[-1], "crawler-test")
+    # Every page takes only a token due now, as a discovered host's does.
+    gate = Admission(
+        redis, names, RateLimiter(redis, names), robots, lambda _: rules, lambda _: True, addresses
+    )
+
+    async def ask(host: str) -> Checked | None:
+        return await gate.check(
+            f"http://{host}/p", host, rules, crawl=None, cancellable=True, count=True, crawl_max_pages=None
+        )
+
+    first = await ask("a.test")
+    assert first is not None and first.cleared_now
+    assert float(await redis.hget(names.ip_bucket_key("127.0.0.9"), "tokens") or 1) < 0.1
+    # b.test's own bucket is full, but its address's token is spent: neither is taken.
+    second = await ask("b.test")
+    assert second is not None and second.admitted is not None
+    grant, wait = second.admitted.taken
+    assert grant == 0 and 0.5 < wait <= 1.0
+    assert float(await redis.hget(names.bucket_key("b.test"), "tokens") or 0) > 4.9
