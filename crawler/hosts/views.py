@@ -73,7 +73,9 @@ async def host_counts(redis: Redis, names: Names, top: int = TOP_HOSTS) -> HostC
     if gone:
         await redis.srem(names.host_crawls_key, *gone)
     ranked = sorted(tops.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
-    return HostCounts(known, active, waiting, int(parked), [TopHost(h, n) for h, n in ranked], len(crawls))
+    return HostCounts(
+        known, active, waiting, int(parked), [TopHost(h, n) for h, n in ranked], len(crawls) - len(gone)
+    )
 
 
 def _text(value: bytes | str) -> str:
