@@ -72,21 +72,18 @@ class Discovery:
         self._redis = redis
         self._names = names
 
-    async def admit(
-        self, config: CrawlConfig, hosts: Iterable[str], crawl: str | None
-    ) -> tuple[set[str], int]:
-        """The hosts of `hosts` the crawl's caps admit (now or before), and how many are new to it,
-        in one round trip (two when some are new)."""
+    async def admit(self, config: CrawlConfig, hosts: Iterable[str], crawl: str | None) -> set[str]:
+        """The hosts of `hosts` the crawl's caps admit (now or before), in one round trip (two when
+        some are new to it)."""
         discover = config.discover
         verdicts = await self._caps.admit(
             list(hosts), max_hosts=discover.max_hosts, per_domain=discover.max_hosts_per_domain, crawl=crawl
         )
-        new = sum(1 for verdict in verdicts.values() if verdict == "new")
-        if new and crawl is not None:
+        if crawl is not None and "new" in verdicts.values():
             # The views of hosts (crawler/hosts/views.py) sum the crawls listed here; listed at each
             # new host, not once per process, so a Redis that lost the set has it again.
             await self._redis.sadd(self._names.host_crawls_key, crawl)
-        return {host for host, verdict in verdicts.items() if verdict in ("known", "new")}, new
+        return {host for host, verdict in verdicts.items() if verdict in ("known", "new")}
 
 
 @dataclass(slots=True)

@@ -55,7 +55,6 @@ class Routed:
     over_quota: int = 0
     invalid: int = 0
     host_caps: int = 0  # links to discovered hosts a cap of `discover:` refuses
-    hosts_admitted: int = 0  # discovered hosts the crawl admitted first here
     by_domain: Counter[str] = field(default_factory=Counter)  # published, per configured domain
     unconfirmed: list[bytes] = field(default_factory=list)  # published, left to the caller to confirm
 
@@ -213,7 +212,7 @@ class Router:
         hosts = list(dict.fromkeys(c.host for c in candidates.values() if c.discovered))
         if not hosts:
             return candidates
-        admitted, result.hosts_admitted = await self._discovery.admit(self.config, hosts, crawl)
+        admitted = await self._discovery.admit(self.config, hosts, crawl)
         if len(admitted) == len(hosts):
             return candidates
         kept = {fp: c for fp, c in candidates.items() if not c.discovered or c.host in admitted}

@@ -223,11 +223,6 @@ WORKER_METRICS: tuple[Declared, ...] = (
         ("state",),
     ),
     Declared(
-        "crawler_hosts_admitted",
-        "counter",
-        "Discovered hosts this worker's links admitted to their crawl first (discover: follow: all)",
-    ),
-    Declared(
         "crawler_host_shards_messages_ready",
         "gauge",
         "Messages ready in the host layout's shard queues, summed, as this worker last sampled them "

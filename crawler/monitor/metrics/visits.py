@@ -87,7 +87,6 @@ class VisitMetrics:
         self.versions = declared.counter("crawler_versions")
         self.content_pages = declared.counter("crawler_content_pages")
         self.credits = declared.counter("crawler_credits_used")
-        self.hosts_admitted = declared.counter("crawler_hosts_admitted")
 
     def observe_fetch(
         self,
@@ -159,8 +158,6 @@ class VisitMetrics:
         for reason, n in routed.dropped().items():
             if n:
                 self.links_dropped.labels(domain, reason).inc(n)
-        if routed.hosts_admitted:
-            self.hosts_admitted.inc(routed.hosts_admitted)
 
     def observe_rate_wait(self, domain: str, seconds: float) -> None:
         """Time a fetch to `domain` waited for a rate-limit token (called by the rate limiter)."""
