@@ -1,4 +1,5 @@
-"""How a crawl stands: queue depths from RabbitMQ, stored pages from the database, workers from Redis."""
+"""How a crawl stands: queue depths from RabbitMQ, stored pages from the database, workers and the
+discovered hosts in aggregate from Redis."""
 
 from __future__ import annotations
 
