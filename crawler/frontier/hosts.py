@@ -69,13 +69,20 @@ class Discovery:
 
     def __init__(self, redis: Redis, names: Names) -> None:
         self._caps = HostCaps(redis, names)
+        self._redis = redis
+        self._names = names
 
     async def admit(self, config: CrawlConfig, hosts: Iterable[str], crawl: str | None) -> set[str]:
-        """The hosts of `hosts` the crawl's caps admit (now or before), in one round trip."""
+        """The hosts of `hosts` the crawl's caps admit (now or before), in one round trip (two when
+        some are new to it)."""
         discover = config.discover
         verdicts = await self._caps.admit(
             list(hosts), max_hosts=discover.max_hosts, per_domain=discover.max_hosts_per_domain, crawl=crawl
         )
+        if crawl is not None and "new" in verdicts.values():
+            # The views of hosts (crawler/hosts/views.py) sum the crawls listed here; listed at each
+            # new host, not once per process, so a Redis that lost the set has it again.
+            await self._redis.sadd(self._names.host_crawls_key, crawl)
         return {host for host, verdict in verdicts.items() if verdict in ("known", "new")}
 
 

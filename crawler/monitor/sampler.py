@@ -13,11 +13,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
+from redis.asyncio import Redis
 
 from crawler.config import CrawlConfig
-from crawler.frontier.exchanges import declare, domain_queues, topology
+from crawler.frontier.exchanges import declare, domain_queues, host_queues, topology
+from crawler.hosts.views import host_counts
 from crawler.monitor.metrics import Metrics
-from crawler.names import Names
+from crawler.names import DISCOVERED_LABEL, Names
 
 log = logging.getLogger(__name__)
 
@@ -29,12 +31,13 @@ class SampledQueue:
     """A queue to sample and how to label it."""
 
     name: str
-    kind: str  # domain, retry, dead or unrouted
+    kind: str  # domain, retry, dead, unrouted, host_shard or host_wait
     domain: str = ""
 
 
 def sampled_queues(config: CrawlConfig, names: Names, domains: Sequence[str]) -> list[SampledQueue]:
-    """The queues a worker consuming `domains` samples."""
+    """The queues a worker consuming `domains` samples; with discovery on, the host layout's shards
+    and wait queues too, each labelled DISCOVERED_LABEL (a fixed number, whatever the hosts)."""
     return [
         *(
             SampledQueue(q.name, "domain", d)
@@ -44,6 +47,12 @@ def sampled_queues(config: CrawlConfig, names: Names, domains: Sequence[str]) ->
         *(SampledQueue(names.retry_queue(t), "retry") for t in config.retry_tiers),
         SampledQueue(names.dead, "dead"),
         SampledQueue(names.unrouted, "unrouted"),
+        *(
+            SampledQueue(
+                q.name, "host_shard" if i < config.discover.shards else "host_wait", DISCOVERED_LABEL
+            )
+            for i, q in enumerate(host_queues(config, names))
+        ),
     ]
 
 
@@ -61,7 +70,10 @@ class QueueSampler:
         domains: Callable[[], Sequence[str]],
         metrics: Metrics,
         every: float = SAMPLE_EVERY,
+        redis: Redis | None = None,
     ) -> None:
+        """With `redis`, the fleet's discovered hosts are counted at each sample too (discovery on)."""
+        self.redis = redis
         self.connection = connection
         self.names = names
         self.config = config
@@ -83,7 +95,7 @@ class QueueSampler:
             finally:
                 await setup.close()
             self._channel = await self.connection.channel()
-        frontier = 0
+        frontier = shards = 0
         for queue in sampled_queues(config, self.names, self.domains()):
             # robust=False: a robust channel answers a repeated passive declare from its cache.
             declared = await self._channel.declare_queue(queue.name, passive=True, robust=False)
@@ -92,8 +104,14 @@ class QueueSampler:
             self.metrics.observe_queue(queue.name, queue.kind, queue.domain, ready, consumers)
             if queue.kind == "domain":
                 frontier += ready
+            elif queue.kind == "host_shard":
+                shards += ready
         # Set once per whole sample, so a scaler never reads a half-summed frontier.
         self.metrics.observe_frontier(frontier)
+        if config.discover.follow == "all":
+            self.metrics.observe_host_shards(shards)
+            if self.redis is not None:
+                self.metrics.observe_hosts(await host_counts(self.redis, self.names))
 
     async def run(self) -> None:
         """Sample every `every` seconds until cancelled."""

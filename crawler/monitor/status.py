@@ -1,4 +1,5 @@
-"""How a crawl stands: queue depths from RabbitMQ, stored pages from the database, workers from Redis."""
+"""How a crawl stands: queue depths from RabbitMQ, stored pages from the database, workers and the
+discovered hosts in aggregate from Redis."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import quote, unquote, urlsplit
 
 import httpx
@@ -19,9 +20,11 @@ from crawler import connections
 from crawler.config import CrawlConfig
 from crawler.failover import first_node
 from crawler.frontier.crawls import CrawlState
-from crawler.frontier.exchanges import domain_queues
+from crawler.frontier.exchanges import domain_queues, host_queues
+from crawler.hosts.views import HostCounts, TopHost, host_counts
 from crawler.monitor.heartbeat import workers
 from crawler.monitor.quality import current_quality
+from crawler.names import DISCOVERED_LABEL, HOST_WAITS, Names
 from crawler.quality.report import alerts_json
 from crawler.settings import Settings
 from crawler.sink.crawls import CrawlRecord, CrawlStore
@@ -105,6 +108,52 @@ class DomainStatus:
     # Not fetched by policy (robots.txt, max_pages, max_credits), summed over every crawl recorded:
     # such a page has no row, so its crawls' counts are all there is (one skipped twice counts twice).
     pages_skipped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveredStatus:
+    """The discovered hosts in aggregate (`discover: follow: all`), never a row per host: how many
+    are known, active, waiting and parked (crawler/hosts/views.py), their shard queues and wait
+    queues summed, and the hosts with the most URLs queued."""
+
+    follow: bool
+    known: int
+    active: int
+    waiting: int
+    parked: int
+    shards: QueueDepth  # the shard queues summed; `name` says how many
+    waits: QueueDepth  # the host wait queues summed
+    top: list[TopHost]
+    crawls: int  # crawls whose hosts are counted
+
+
+def _summed(name: str, found: Sequence[QueueDepth]) -> QueueDepth:
+    unacked = [q.unacked for q in found]
+    return QueueDepth(
+        name,
+        sum(q.ready for q in found),
+        None if None in unacked else sum(u or 0 for u in unacked),
+        max((q.consumers for q in found), default=0),
+    )
+
+
+def discovered_status(
+    config: CrawlConfig, names: Names, counts: HostCounts, depths: dict[str, QueueDepth]
+) -> DiscoveredStatus:
+    """The discovered hosts' summary from their counts and the queue depths read."""
+    shards = [depths.get(names.host_shard(s)) for s in range(config.discover.shards)]
+    waits = [depths.get(names.host_wait(w)) for w in HOST_WAITS]
+    return DiscoveredStatus(
+        config.discover.follow == "all",
+        counts.known,
+        counts.active,
+        counts.waiting,
+        counts.parked,
+        _summed(f"{len(shards)} shards", [q for q in shards if q is not None]),
+        _summed(f"{len(waits)} waits", [q for q in waits if q is not None]),
+        counts.top,
+        counts.crawls,
+    )
 
 
 def management_url(amqp_url: str, api_url: str | None = None) -> tuple[str, str, tuple[str, str]]:
@@ -215,6 +264,11 @@ async def _quality_alerts(
     return alerts_json(reports)
 
 
+async def _host_counts(settings: Settings) -> HostCounts:
+    async with connections.redis(settings.redis_url) as redis:
+        return await host_counts(redis, settings.names)
+
+
 async def _workers(settings: Settings) -> list[dict[str, Any]]:
     async with connections.redis(settings.redis_url) as redis:
         found = await workers(redis, settings.names)
@@ -252,10 +306,12 @@ async def status(
     chosen = sorted(config.domains)
     bands = {d: [q.name for q in domain_queues(names, d, config.frontier)] for d in chosen}
     queues = [q for d in chosen for q in bands[d]]
-    (depths, source), stored, found = await asyncio.gather(
-        queue_depths(settings, queues + extra, connection),
+    hosts = [q.name for q in host_queues(config, names)]
+    (depths, source), stored, found, counts = await asyncio.gather(
+        queue_depths(settings, queues + extra + hosts, connection),
         asyncio.to_thread(_stored, database, chosen),
         _workers(settings),
+        _host_counts(settings),
     )
     skipped = await _skipped(settings, stored.crawls)
     alerts = await _quality_alerts(settings, config, database)  # the schema was checked by _stored
@@ -294,6 +350,7 @@ async def status(
         "pages_per_second": round(sum(stored.recent.values()) / RATE_WINDOW, 2),
         "workers": found,
         "quality_alerts": alerts,
+        "discovered": asdict(discovered_status(config, names, counts, depths)),
     }
 
 
@@ -321,9 +378,37 @@ def _queue_rows(data: dict[str, Any]) -> list[list[str]]:
         read = _sitemap_cells(d["sitemaps"]) if mapped else []
         rows.append([d["domain"], *_depth_cells(d["queue"]), *pages, rate, *spent, *schedule, *read])
     blank = [""] * (4 + len(extra))
+    hosts = data.get("discovered")
+    if _shows_hosts(hosts):
+        # The discovered hosts' queues summed: a row per kind of queue, never one per host.
+        for part in ("shards", "waits"):
+            q = hosts[part]
+            rows.append([f"{DISCOVERED_LABEL} ({q['name']})", *_depth_cells(q), *blank])
     for q in data["queues"]:
         rows.append([q["name"], *_depth_cells(q), *blank])
     return rows
+
+
+def _shows_hosts(hosts: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
+    """Whether the status shows discovered hosts: discovery is on, or some crawl admitted hosts."""
+    return bool(hosts and (hosts["follow"] or hosts["known"]))
+
+
+def _hosts_line(data: dict[str, Any]) -> list[str]:
+    """The discovered hosts in one line: how many in each state."""
+    hosts = data.get("discovered")
+    if not _shows_hosts(hosts):
+        return []
+    counts = ", ".join(f"{hosts[k]} {k}" for k in ("known", "active", "waiting", "parked"))
+    return [f"discovered hosts: {counts} (over {hosts['crawls']} crawl(s))"]
+
+
+def _top_rows(data: dict[str, Any]) -> list[list[str]]:
+    """The discovered hosts with the most URLs queued, at most TOP_HOSTS of them."""
+    hosts = data.get("discovered")
+    if not _shows_hosts(hosts) or not hosts["top"]:
+        return []
+    return [["top host", "queued"], *([t["host"], str(t["queued"])] for t in hosts["top"])]
 
 
 _FRESHNESS = ["due", "overdue", "changed", "unchanged", "gone"]
@@ -376,7 +461,7 @@ def _domains_cell(domains: list[str], most: int = 5) -> str:
 
 
 _NUMBERS = {
-    *("ready", "unacked", "subscribed", "ok", "failed", "skipped", "pages/s", "credits"),
+    *("ready", "unacked", "subscribed", "ok", "failed", "skipped", "pages/s", "credits", "queued"),
     *("last beat", "pages"),
     *_FRESHNESS,
     *_SITEMAPS,
@@ -407,7 +492,11 @@ def _summary(data: dict[str, Any]) -> str:
 def render(data: dict[str, Any]) -> str:
     """The status as plain tables for a person."""
     parts = [_columns(_queue_rows(data)), "", _summary(data)]
+    parts += _hosts_line(data)
     parts += _alert_lines(data)
+    top = _top_rows(data)
+    if top:
+        parts += ["", _columns(top)]
     if data["workers"]:
         parts += ["", _columns(_worker_rows(data))]
     return "\n".join(parts)
@@ -421,13 +510,21 @@ def _alert_lines(data: dict[str, Any]) -> list[str]:
 
 def rich_tables(data: dict[str, Any]) -> Group:
     """The status as rich tables, for `crawler status --watch`; late and gone workers stand out."""
-    queues = Table(title=_summary(data), title_justify="left")
+    queues = Table(title="\n".join([_summary(data), *_hosts_line(data)]), title_justify="left")
     head, *rows = _queue_rows(data)
     for name in head:
         queues.add_column(name, justify="right" if name in _NUMBERS else "left")
     for row in rows:
         queues.add_row(*row)
     parts: list[Table] = [queues]
+    top = _top_rows(data)
+    if top:
+        hosts = Table(title="discovered hosts by URLs queued", title_justify="left")
+        for name in top[0]:
+            hosts.add_column(name, justify="right" if name in _NUMBERS else "left")
+        for row in top[1:]:
+            hosts.add_row(*row)
+        parts.append(hosts)
     lines = _alert_lines(data)
     if lines:
         alerts = Table(title="data quality", title_justify="left", show_header=False)

@@ -23,6 +23,8 @@ from crawler.names.durations import (
     GW_SESSION_TTL,
     GW_STRIKES_KEPT,
     HEARTBEAT_TTL,
+    HOST_ACTIVE_WINDOW,
+    HOST_VIEWS_TTL,
     HOST_WAITS,
     PAUSE_POLL,
     REBUILD_LOCK_TTL,
@@ -39,6 +41,7 @@ from crawler.names.keys import (
 )
 from crawler.names.queues import (
     COVERAGE_ALERT_KEY,
+    DISCOVERED_LABEL,
     FIRST_BAND,
     FIRST_BAND_WORD,
     HEADER_ATTEMPTS,
@@ -92,6 +95,7 @@ class Names(QueueNames, CrawlKeys, FleetKeys, GatewayKeys):
             f"{self.prefix}:sitemap-round:*",
             f"{self.prefix}:hosts",
             f"{self.prefix}:registered",
+            f"{self.prefix}:host-crawls",
         )
 
 
@@ -103,6 +107,7 @@ __all__ = [
     "CONNECTION_CLOSE_WAIT",
     "COVERAGE_ALERT_KEY",
     "DEFAULT_PREFIX",
+    "DISCOVERED_LABEL",
     "DNS_LOCK_GRACE",
     "FIRST_BAND",
     "FIRST_BAND_WORD",
@@ -127,7 +132,9 @@ __all__ = [
     "HEADER_TIME",
     "HEADER_WEBHOOK",
     "HEARTBEAT_TTL",
+    "HOST_ACTIVE_WINDOW",
     "HOST_SHARD_WORD",
+    "HOST_VIEWS_TTL",
     "HOST_WAITS",
     "LOG_FIELDS",
     "MAX_PRIORITY",

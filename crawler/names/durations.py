@@ -15,6 +15,11 @@ BUCKET_KEPT = 60.0
 # A discovered host's URL taken while its host has no rate token is set aside this long (the first
 # of these at least as long as the wait, else the last) instead of holding its shard's prefetch.
 HOST_WAITS = (1.0, 5.0, 30.0)
+# A discovered host counts as active while its last page came to an outcome within this long.
+HOST_ACTIVE_WINDOW = 60.0
+# A crawl's views of its discovered hosts (queued, active, waiting) outlive their last write by this:
+# a crawl left running with no worker does not keep them forever.
+HOST_VIEWS_TTL = 7 * 86400
 
 # DNS: one resolver of the fleet looks a host up while the others wait for its answer; it holds the
 # host's lookup at most its deadline plus this.

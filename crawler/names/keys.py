@@ -67,6 +67,24 @@ class CrawlKeys:
             return f"{self.prefix}:registered"
         return f"{self.prefix}:c:{self.crawl}:registered"
 
+    @property
+    def hosts_queued_key(self) -> str:
+        """Redis sorted set of this crawl's discovered hosts with URLs queued and not yet at an
+        outcome (score: how many); a host leaves it at 0. Only a crawl with an id keeps it."""
+        return f"{self.prefix}:c:{self.crawl}:hosts:queued"
+
+    @property
+    def hosts_active_key(self) -> str:
+        """Redis sorted set of this crawl's discovered hosts by when a page of theirs last came to an
+        outcome (score: Unix seconds); trimmed to HOST_ACTIVE_WINDOW."""
+        return f"{self.prefix}:c:{self.crawl}:hosts:active"
+
+    @property
+    def hosts_waiting_key(self) -> str:
+        """Redis sorted set of this crawl's discovered hosts with URLs waiting out of their shard (a
+        host wait queue or a retry tier; score: how many); a host leaves it at 0."""
+        return f"{self.prefix}:c:{self.crawl}:hosts:waiting"
+
     def pages_key(self, domain: str) -> str:
         """Redis counter of pages fetched from a domain in this crawl (for max_pages)."""
         if self.crawl is None:
@@ -136,6 +154,11 @@ class FleetKeys:
     def dns_lock_key(self, host: str) -> str:
         """Redis lock held by the one resolver of the fleet looking a host up."""
         return f"{self.prefix}:dns-lock:{host}"
+
+    @property
+    def host_crawls_key(self) -> str:
+        """Redis set of the crawls that admitted discovered hosts: the views of hosts sum theirs."""
+        return f"{self.prefix}:host-crawls"
 
     @property
     def dns_parked_key(self) -> str:

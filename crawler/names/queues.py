@@ -32,6 +32,9 @@ FIRST_BAND_WORD = "^"
 # last word names its shard queue, and no listed domain's binding (`#.{domain}`) can match it, since
 # no host name has a `~`.
 HOST_SHARD_WORD = "~s"
+# The one `domain` label value of every discovered host in metrics and views: a label value per host
+# would be a series per host. No host name has a `~`.
+DISCOVERED_LABEL = "~discovered"
 
 
 def host_wait_label(seconds: float) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from crawler.config import CrawlConfig
 from crawler.errors import ConfigError, NotFound
@@ -72,6 +73,12 @@ class Domains:
             )
             for d in data["domains"]
         ]
+
+    async def discovered(self) -> dict[str, Any]:
+        """The discovered hosts in aggregate, from the same status read (crawler/monitor/status.py)."""
+        data = await self.reads.status()
+        hosts: dict[str, Any] = data["discovered"]
+        return hosts
 
     async def pause(self, domain: str) -> str:
         """Pause a configured domain fleet-wide: consumers leave its queue alone until resumed."""

@@ -119,6 +119,8 @@ class Consumer:
         self.burst = burst
         self.grace = grace
         self.metrics = metrics or Metrics()
+        # A series per discovered host would be a series per host of the web: they share one label.
+        self.metrics.fold_domains(lambda domain: self.config.discovered(domain))
         self.tuning = tuning
         self._more = more  # burst mode: work still to come from outside the queues (a recrawl)
         self.subscriptions = frontier.subscriptions(

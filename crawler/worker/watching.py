@@ -66,6 +66,7 @@ async def monitored(
             lambda: consumer.domains,
             monitoring.metrics,
             monitoring.sample_every,
+            redis=redis,
         )
         watchers = [heartbeat.run(), sampler.run()]
         parts = consumer.parts

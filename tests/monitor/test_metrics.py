@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from crawler.config import load_config
 from crawler.errors import ConfigError, ConnectFailed, FetchError, FetchTimeout, Refused, TooLarge
 from crawler.frontier.router import Routed
+from crawler.hosts.views import HostCounts
 from crawler.monitor import endpoint, readings
 from crawler.monitor.metrics import DomainStats, Metrics
 from crawler.monitor.metrics.visits import error_kind, status_class
@@ -90,6 +91,7 @@ def exercised() -> Metrics:
     m.message_started("a.test")
     m.observe_queue("crawler.domain.a.test", "domain", "a.test", 7, 2)
     m.beat(1_700_000_000.0)
+    m.observe_hosts(HostCounts(known=3, active=2, waiting=1))
     m.coverage.coverage.labels("a.test", "all", "price").set(0.5)
     m.coverage.floor.labels("a.test", "all", "price").set(0.9)
     return m

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Literal
 
 from fastapi import Path, Request
@@ -77,16 +78,53 @@ class DomainOut(BaseModel):
         )
 
 
+class QueuesOut(BaseModel):
+    """Queues of one kind summed (the host layout's shards, or its wait queues); `name` says how many."""
+
+    name: str
+    ready: int
+    unacked: int | None
+    consumers: int
+
+
+class TopHostOut(BaseModel):
+    """A discovered host and its URLs queued, not yet at an outcome."""
+
+    host: str
+    queued: int
+
+
+class DiscoveredOut(BaseModel):
+    """Hosts found by links (`discover: follow: all`) in aggregate, never a row per host: known
+    (admitted), active (a page stored within a minute), waiting (URLs out of their shard), parked
+    (DNS), their queues summed, and the hosts with the most URLs queued."""
+
+    follow: bool
+    known: int
+    active: int
+    waiting: int
+    parked: int
+    shards: QueuesOut
+    waits: QueuesOut
+    top: list[TopHostOut]
+    crawls: int
+
+
 class DomainList(BaseModel):
-    """Every configured domain."""
+    """Every configured domain, and the discovered hosts in one summary."""
 
     domains: list[DomainOut]
+    discovered: DiscoveredOut | None = None
 
 
 @router.get("/domains", dependencies=READ, response_model=DomainList)
 async def list_domains(request: Request) -> DomainList:
-    """Every configured domain: queue depth, rate, paused, workers."""
-    return DomainList(domains=[DomainOut.of(d) for d in await control(request).domains.listed()])
+    """Every configured domain: queue depth, rate, paused, workers; discovered hosts summed."""
+    domains = control(request).domains
+    listed, hosts = await asyncio.gather(domains.listed(), domains.discovered())
+    return DomainList(
+        domains=[DomainOut.of(d) for d in listed], discovered=DiscoveredOut.model_validate(hosts)
+    )
 
 
 @router.post(

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from crawler.monitor.metrics.archive import ArchiveMetrics
 from crawler.monitor.metrics.declared import Declarations
 from crawler.monitor.metrics.deliveries import DeliveryMetrics
+from crawler.monitor.metrics.hosts import HostMetrics
 from crawler.monitor.metrics.process import ProcessMetrics
 from crawler.monitor.metrics.sitemaps import SitemapMetrics
 from crawler.monitor.metrics.visits import VisitMetrics
@@ -50,7 +51,9 @@ class Totals:
     queued: int | None = None  # None until the queue was sampled
 
 
-class Metrics(VisitMetrics, DeliveryMetrics, SitemapMetrics, ArchiveMetrics, WebhookMetrics, ProcessMetrics):
+class Metrics(
+    VisitMetrics, DeliveryMetrics, SitemapMetrics, ArchiveMetrics, WebhookMetrics, ProcessMetrics, HostMetrics
+):
     """The metrics of one consumer, each job's part of them; `registry` is what /metrics serves."""
 
     def __init__(self, *, process: bool = True) -> None:
@@ -64,5 +67,6 @@ class Metrics(VisitMetrics, DeliveryMetrics, SitemapMetrics, ArchiveMetrics, Web
         ArchiveMetrics.__init__(self, declared)
         WebhookMetrics.__init__(self, declared)
         ProcessMetrics.__init__(self, declared)
+        HostMetrics.__init__(self, declared)
         # Each field's fill rate in its domain's running crawl, and its floor (docs/quality.md).
         self.coverage = CoverageMetrics(self.registry)

@@ -6,10 +6,13 @@ a name, label or help text changed here changes what they see.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal, Self, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from crawler.names import DISCOVERED_LABEL
 
 Kind = Literal["counter", "gauge", "histogram"]
 _M = TypeVar("_M", Counter, Gauge, Histogram)
@@ -213,6 +216,19 @@ WORKER_METRICS: tuple[Declared, ...] = (
     Declared("crawler_heartbeat_timestamp_seconds", "gauge", "Unix time of this worker's last heartbeat"),
     Declared("crawler_worker_start_time_seconds", "gauge", "Unix time this worker started"),
     Declared(
+        "crawler_discovered_hosts",
+        "gauge",
+        "Discovered hosts of the fleet's crawls by state (known, active, waiting, parked), as this "
+        "worker last read them (take max across workers)",
+        ("state",),
+    ),
+    Declared(
+        "crawler_host_shards_messages_ready",
+        "gauge",
+        "Messages ready in the host layout's shard queues, summed, as this worker last sampled them "
+        "(take max across workers)",
+    ),
+    Declared(
         "crawler_broker_blocked",
         "gauge",
         "1 while RabbitMQ blocks this worker's publishes (a memory or disk alarm), else 0",
@@ -225,11 +241,66 @@ WORKER_METRICS: tuple[Declared, ...] = (
 )
 
 
-class Declarations:
-    """A table's metrics made in one registry, in the table's order, each fetched by name and kind."""
+class DomainLabels:
+    """How a `domain` label value is written: a discovered host's as DISCOVERED_LABEL, so there is
+    never a series per host; `discovered` says which are (none until a consumer says)."""
 
-    def __init__(self, registry: CollectorRegistry, table: tuple[Declared, ...] = WORKER_METRICS) -> None:
-        self._made = {d.name: _made(d, registry) for d in table}
+    def __init__(self) -> None:
+        self.discovered: Callable[[str], bool] = lambda domain: False
+
+    def __call__(self, domain: object) -> object:
+        return DISCOVERED_LABEL if isinstance(domain, str) and domain and self.discovered(domain) else domain
+
+
+class _Folding:
+    """A metric whose `domain` label (if it has one) is written by its DomainLabels."""
+
+    _fold: DomainLabels | None = None
+    _domain_at = -1
+
+    def _folded(
+        self, values: tuple[object, ...], named: dict[str, object]
+    ) -> tuple[tuple[object, ...], dict[str, object]]:
+        fold, at = self._fold, self._domain_at
+        if fold is None or at < 0:
+            return values, named
+        if "domain" in named:
+            return values, {**named, "domain": fold(named["domain"])}
+        if len(values) > at:
+            return (*values[:at], fold(values[at]), *values[at + 1 :]), named
+        return values, named
+
+
+class _Counter(_Folding, Counter):
+    def labels(self, *labelvalues: object, **labelkwargs: object) -> Self:
+        values, named = self._folded(labelvalues, labelkwargs)
+        return super().labels(*values, **named)
+
+
+class _Gauge(_Folding, Gauge):
+    def labels(self, *labelvalues: object, **labelkwargs: object) -> Self:
+        values, named = self._folded(labelvalues, labelkwargs)
+        return super().labels(*values, **named)
+
+
+class _Histogram(_Folding, Histogram):
+    def labels(self, *labelvalues: object, **labelkwargs: object) -> Self:
+        values, named = self._folded(labelvalues, labelkwargs)
+        return super().labels(*values, **named)
+
+
+class Declarations:
+    """A table's metrics made in one registry, in the table's order, each fetched by name and kind;
+    their `domain` labels written by `domains`."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        table: tuple[Declared, ...] = WORKER_METRICS,
+        domains: DomainLabels | None = None,
+    ) -> None:
+        self.domains = domains or DomainLabels()
+        self._made = {d.name: _made(d, registry, self.domains) for d in table}
 
     def counter(self, name: str) -> Counter:
         """The counter declared as `name`."""
@@ -244,13 +315,20 @@ class Declarations:
         return _kind(self._made[name], Histogram, name)
 
 
-def _made(declared: Declared, registry: CollectorRegistry) -> Counter | Gauge | Histogram:
+def _made(
+    declared: Declared, registry: CollectorRegistry, domains: DomainLabels
+) -> Counter | Gauge | Histogram:
     labels = list(declared.labels)
+    made: _Counter | _Gauge | _Histogram
     if declared.kind == "counter":
-        return Counter(declared.name, declared.help, labels, registry=registry)
-    if declared.kind == "gauge":
-        return Gauge(declared.name, declared.help, labels, registry=registry)
-    return Histogram(declared.name, declared.help, labels, buckets=declared.buckets, registry=registry)
+        made = _Counter(declared.name, declared.help, labels, registry=registry)
+    elif declared.kind == "gauge":
+        made = _Gauge(declared.name, declared.help, labels, registry=registry)
+    else:
+        made = _Histogram(declared.name, declared.help, labels, buckets=declared.buckets, registry=registry)
+    if "domain" in labels:
+        made._fold, made._domain_at = domains, labels.index("domain")
+    return made
 
 
 def _kind(made: Counter | Gauge | Histogram, kind: type[_M], name: str) -> _M:

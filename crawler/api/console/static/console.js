@@ -305,6 +305,21 @@ async function showDomains() {
     );
   });
   fill($("domains-rows"), rows, "No domain in domains.yaml.", 13);
+  showHosts(data.discovered);
+}
+
+// Discovered hosts as one summary and their top ten by URLs queued: never a row per host.
+function showHosts(h) {
+  const shown = Boolean(h && (h.follow || h.known));
+  $("hosts").hidden = !shown;
+  if (!shown) return;
+  const inFlight = h.shards.unacked === null ? "?" : h.shards.unacked;
+  $("hosts-summary").textContent =
+    `${h.known} known, ${h.active} active, ${h.waiting} waiting, ${h.parked} parked. ` +
+    `Shard queues (${h.shards.name}): ${h.shards.ready} queued, ${inFlight} in flight; ` +
+    `wait queues: ${h.waits.ready} waiting.`;
+  const rows = h.top.map((t) => el("tr", { "data-id": t.host }, cell("host", t.host), num("queued", t.queued)));
+  fill($("hosts-rows"), rows, "No discovered host has URLs queued.", 2);
 }
 
 async function showDead(force) {
