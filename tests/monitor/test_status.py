@@ -161,6 +161,7 @@ async def test_status_json_lists_live_workers_and_a_killed_one_as_gone(
     sites = shops(products=4, hosts=["a.test", "b.test"])
     settings = settings_for(amqp_url, prefix, sqlite_url, write_config(tmp_path / "d.yaml", sites))
     pages = len(reachable(sites))
+    await asyncio.to_thread(migrate, sqlite_url)  # a status read before a consumer's start finds it
     with serve(*sites):
         await seed(settings, *(s.url() for s in sites))
         victim = consumer(settings, "--heartbeat-ttl", "2", "--domains", "a.test")
