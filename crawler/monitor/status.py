@@ -315,34 +315,8 @@ async def status(
     )
     skipped = await _skipped(settings, stored.crawls)
     alerts = await _quality_alerts(settings, config, database)  # the schema was checked by _stored
-    missing = QueueDepth("", 0, None, 0)
     now = datetime.now(UTC)
-    domains = []
-    for d in chosen:
-        ok, failed = stored.counts.get(d, (0, 0))
-        found_bands = [depths[q] for q in bands[d] if q in depths]
-        depth = QueueDepth.of_bands(found_bands) if found_bands else missing
-        rate = round(stored.recent.get(d, 0) / RATE_WINDOW, 2)
-        backlog = stored.backlog.get(d)
-        oldest = backlog.oldest if backlog is not None else None
-        freshness = Freshness(
-            backlog.due if backlog is not None else 0,
-            round((now - oldest).total_seconds(), 1) if oldest is not None else None,
-            stored.found.get(d, {}),
-        )
-        domains.append(
-            DomainStatus(
-                d,
-                depth,
-                ok,
-                failed,
-                rate,
-                round(stored.credits.get(d, 0.0), 2),
-                freshness,
-                Sitemaps.of(stored.sitemaps.get(d, {})),
-                skipped.get(d, 0),
-            )
-        )
+    domains = [_domain_status(d, bands[d], depths, stored, skipped, now) for d in chosen]
     return {
         "depths_from": source,
         "domains": [asdict(s) for s in domains],
@@ -352,6 +326,38 @@ async def status(
         "quality_alerts": alerts,
         "discovered": asdict(discovered_status(config, names, counts, depths)),
     }
+
+
+def _domain_status(
+    d: str,
+    bands: list[str],
+    depths: dict[str, QueueDepth],
+    stored: _Stored,
+    skipped: dict[str, int],
+    now: datetime,
+) -> DomainStatus:
+    """One listed domain's status from what the broker, the database and Redis said."""
+    ok, failed = stored.counts.get(d, (0, 0))
+    found_bands = [depths[q] for q in bands if q in depths]
+    depth = QueueDepth.of_bands(found_bands) if found_bands else QueueDepth("", 0, None, 0)
+    backlog = stored.backlog.get(d)
+    oldest = backlog.oldest if backlog is not None else None
+    freshness = Freshness(
+        backlog.due if backlog is not None else 0,
+        round((now - oldest).total_seconds(), 1) if oldest is not None else None,
+        stored.found.get(d, {}),
+    )
+    return DomainStatus(
+        d,
+        depth,
+        ok,
+        failed,
+        round(stored.recent.get(d, 0) / RATE_WINDOW, 2),
+        round(stored.credits.get(d, 0.0), 2),
+        freshness,
+        Sitemaps.of(stored.sitemaps.get(d, {})),
+        skipped.get(d, 0),
+    )
 
 
 def _depth_cells(q: dict[str, Any]) -> list[str]:

@@ -85,18 +85,10 @@ def parts(
 ) -> Parts:
     """A consumer's parts, each made once: the live configuration, the page visit, dedup, quota, cost
     and writes; with `database` (the sink's), what sitemap tasks, kept back-offs and crawl records
-    read and write in it; with `archive`,
-    where the answers of domains with `archive: true` are written; with `content`, what makes the
-    content of domains with `content:` on; with `resolver`, the fleet's DNS cache `per_ip:` reads."""
+    read and write in it; with `archive`, where domains with `archive: true` write their answers;
+    with `content`, what makes content; with `resolver`, the fleet's DNS cache `per_ip:` reads."""
     live = LiveConfig(config)
-    archiving = None
-    if archive is not None:
-
-        def domain_of(url: str) -> str:
-            host = host_of(url)
-            return live.config.domain_of(host) or host
-
-        archiving = Archiving(archive, request_headers(config), metrics, domain_of)
+    archiving = _archiving(live, archive, metrics) if archive is not None else None
     cost = Cost(f.redis, names, metrics, backend)
     quota = PageQuota(f.redis, names)
     # Pauses and back-offs kept where a Redis loss cannot reach them.
@@ -131,6 +123,16 @@ def parts(
         backoffs,
         records,
     )
+
+
+def _archiving(live: LiveConfig, archive: Archive, metrics: Metrics) -> Archiving:
+    """Where answers are archived, each under its domain as the live configuration names it."""
+
+    def domain_of(url: str) -> str:
+        host = host_of(url)
+        return live.config.domain_of(host) or host
+
+    return Archiving(archive, request_headers(live.config), metrics, domain_of)
 
 
 def visitor(

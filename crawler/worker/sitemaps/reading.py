@@ -14,12 +14,7 @@ import asyncio
 import logging
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import islice
-from typing import IO
 
 from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, FetchError, SitemapError
@@ -28,42 +23,29 @@ from crawler.fetch.robots import origin_of
 from crawler.frontier.crawls import CrawlOptions
 from crawler.frontier.message import CrawlMessage, SitemapTask
 from crawler.frontier.retry import Failure, from_error
-from crawler.frontier.sitemaps import SitemapTasks, Tasked
-from crawler.frontier.urls import host_of
+from crawler.frontier.sitemaps import SitemapTasks
 from crawler.monitor.metrics import Metrics
 from crawler.parse.sitemaps import (
     MAX_BYTES,
-    SitemapEntry,
-    SitemapKind,
-    SitemapReader,
     SitemapReport,
-    within_depth,
 )
 from crawler.sink.sitemaps import URL_OUTCOMES, SitemapRead, SitemapStore, Validators
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import DISALLOWED, Visitor
+from crawler.worker.sitemaps.done import SitemapDone
 from crawler.worker.sitemaps.fetching import (
     NO_VALIDATORS,
     SPOOL,
     Fetched,
-    chunks,
     fetch_file,
     rules_for_sitemaps,
 )
 from crawler.worker.sitemaps.listing import Listing
+from crawler.worker.sitemaps.parsing import FileParsing
 
 log = logging.getLogger(__name__)
 
-BATCH = 1_000  # entries routed at once
 MISSING = frozenset({404, 410})  # a sitemap that is not there: its reading is "missing", not "failed"
-
-
-@dataclass(slots=True)
-class SitemapDone:
-    """How a task ended: a failure to retry (transient) or keep, and its changes to its crawl's counts."""
-
-    failure: Failure | None = None
-    counts: Counter[tuple[str, str]] = field(default_factory=Counter)
 
 
 class SitemapReading:
@@ -80,8 +62,8 @@ class SitemapReading:
     ) -> None:
         self._live = live
         self._visitor = visitor
-        self._listing = listing
         self._tasks = tasks
+        self._parsing = FileParsing(listing, tasks)
         self._store = store
         self._metrics = metrics
 
@@ -123,7 +105,7 @@ class SitemapReading:
             wanted += rules.sitemaps  # a file listed twice is read once in a round
         child = SitemapTask(task.round, 0, counted=task.counted)
         tasked = await self._tasks.files(wanted, child, message.crawl, url)
-        self._tasked(task, tasked, done)
+        done.tasked(task, tasked)
         for why, n in tasked.dropped.items():
             if why != "seen":
                 self._metrics.observe_sitemap_url(domain, "dropped", why, n)
@@ -170,7 +152,9 @@ class SitemapReading:
                 return
             spool.seek(0)
             try:
-                report, counts, routed = await self._parse(url, spool, message, task, rules, options, done)
+                report, counts, routed = await self._parsing.parse(
+                    url, spool, message, task, rules, options, done
+                )
             except SitemapError as exc:
                 await self._keep(
                     domain, url, task, "failed", status=fetched.status, validators=fetched.validators,
@@ -253,56 +237,6 @@ class SitemapReading:
         )  # fmt: skip
         log.info("%s; %s", report.summary(), ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
 
-    async def _parse(
-        self,
-        url: str,
-        spool: IO[bytes],
-        message: CrawlMessage,
-        task: SitemapTask,
-        rules: Rules,
-        options: CrawlOptions,
-        done: SitemapDone,
-    ) -> tuple[SitemapReport, Counter[str], Counter[str]]:
-        """Read a spooled file a batch of entries at a time, each routed before the next is read: its
-        report, what its entries became, and the URLs routed per domain. SitemapError: no sitemap."""
-        reader = SitemapReader(url)
-        counts: Counter[str] = Counter()
-        routed: Counter[str] = Counter()
-        entries = reader.read(chunks(spool))
-        loop = asyncio.get_running_loop()
-        # Parsed off the event loop, by one thread throughout: lxml's parser is not to change threads.
-        parsing = ThreadPoolExecutor(1, thread_name_prefix="sitemap")
-        try:
-            while batch := await loop.run_in_executor(parsing, lambda: list(islice(entries, BATCH))):
-                if reader.report.kind is SitemapKind.INDEX:
-                    await self._children(url, batch, message, task, counts, done)
-                else:
-                    await self._listing.route(url, batch, message, rules, options, counts, routed)
-        finally:
-            await loop.run_in_executor(parsing, entries.close)  # the parser ends in its own thread
-            parsing.shutdown()
-        return reader.report, counts, routed
-
-    async def _children(
-        self,
-        url: str,
-        batch: Sequence[SitemapEntry],
-        message: CrawlMessage,
-        task: SitemapTask,
-        counts: Counter[str],
-        done: SitemapDone,
-    ) -> None:
-        """Have an index's sitemaps read, one level deeper, while within MAX_DEPTH."""
-        if not within_depth(task.depth + 1):
-            counts["too_deep"] += len(batch)
-            return
-        child = SitemapTask(task.round, task.depth + 1, counted=task.counted)
-        tasked = await self._tasks.files([e.loc for e in batch], child, message.crawl, url, host_of(url))
-        counts["sitemaps"] += sum(tasked.published.values())
-        for why, n in tasked.dropped.items():
-            counts["known" if why == "seen" else why] += n
-        self._tasked(task, tasked, done)
-
     async def _redirected(
         self,
         domain: str,
@@ -320,15 +254,10 @@ class SitemapReading:
             await self._keep(domain, url, task, "failed", status=status, note=f"redirect refused: {exc}")
             return
         tasked = await self._tasks.files([target], task, message.crawl, url)
-        self._tasked(task, tasked, done)
+        done.tasked(task, tasked)
         await self._keep(domain, url, task, "redirected", status=status, note=f"to {target}")
 
-    # -- counting --------------------------------------------------------------------------------
-
-    def _tasked(self, task: SitemapTask, tasked: Tasked, done: SitemapDone) -> None:
-        if task.counted:
-            for d, n in tasked.published.items():
-                done.counts[d, "sitemaps_queued"] += n
+    # -- keeping --------------------------------------------------------------------------------
 
     async def _keep(
         self,
