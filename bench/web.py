@@ -154,6 +154,7 @@ def generate(spec: WebSpec, directory: Path) -> Web:
         location / {{ return 404; }}
     }}"""
     log = directory / "access.log"
+    log.unlink(missing_ok=True)  # a run reads its own requests alone
     conf = nginx.frame(
         servers,
         directory / "nginx",

@@ -30,6 +30,7 @@ from bench.web import Running, WebSpec, page_links
 HOST = Rate(1, 1)  # what a discovered host gets (discover.host), and the listed h0
 PER_IP = Rate(4, 2)  # per_ip: eight hosts share an address
 SAMPLE_EVERY = 1.0  # seconds between samples of progress, RSS and the services' memory
+LATER_WORKERS = 200  # pages stored before the second worker (and any next) starts
 
 
 def crawl_config(running: Running, *, host: Rate = HOST, per_ip: Rate = PER_IP) -> dict[str, Any]:
@@ -160,21 +161,25 @@ def crawl(running: Running, work: Path, *, processes: int, timeout: float) -> No
             seed = Child.start("seed", [*_script("crawler"), "seed", spec.url(0)], env, log)
             children.append(seed)
             seed.wait()
-        consumers = [
-            Child.start(
-                f"consume {i}",
-                [*_script("crawler-consume"), "--burst"],
-                env,
-                stack.enter_context((out / f"consume-{i}.log").open("wb")),
-            )
-            for i in range(processes)
-        ]
-        children += consumers
+        consumers: list[Child] = []
+
+        def consume() -> None:
+            i = len(consumers)
+            log = stack.enter_context((out / f"consume-{i}.log").open("wb"))
+            consumers.append(Child.start(f"consume {i}", [*_script("crawler-consume"), "--burst"], env, log))
+            children.append(consumers[-1])
+
+        # A burst worker stops when the queues hold nothing ready, unacked deliveries of another worker
+        # aside: with one seed the others would stop at once, so they start once the hosts are many.
+        consume()
         progress = _db_progress(db)
         shown = 0.0
         while any(c.poll() for c in consumers):
             now = time.time()
             done = progress()
+            if len(consumers) < processes and done >= LATER_WORKERS:
+                for _ in range(processes - len(consumers)):
+                    consume()
             for c in consumers:
                 c.sample(done)
             used = _redis_used(client) - mem.redis_before
@@ -187,7 +192,8 @@ def crawl(running: Running, work: Path, *, processes: int, timeout: float) -> No
                 shown = now
                 rss = sum(c.rss[-1][1] for c in consumers if c.rss)
                 print(
-                    f"  {now - started:5.0f} s: {done:,} pages; workers {rss:.0f} MB, Redis +{used / 1e6:.1f} MB, "
+                    f"  {now - started:5.0f} s: {done:,} pages; workers {rss:.0f} MB, "
+                    f"Redis +{used / 1e6:.1f} MB, "
                     f"RabbitMQ +{(node - mem.rabbit_before) / 1e6:.1f} MB (queues {queues / 1e6:.1f} MB)",
                     flush=True,
                 )
@@ -225,7 +231,8 @@ def crawl(running: Running, work: Path, *, processes: int, timeout: float) -> No
     delays = discovery_delays(spec, requests)
     print(
         f"discovery (first request for a page linking to it) to the host's first request, {len(delays):,} "
-        f"hosts: p50 {_pct(delays, 0.5):.2f} s, p90 {_pct(delays, 0.9):.2f} s, p99 {_pct(delays, 0.99):.2f} s, "
+        f"hosts: p50 {_pct(delays, 0.5):.2f} s, p90 {_pct(delays, 0.9):.2f} s, "
+        f"p99 {_pct(delays, 0.99):.2f} s, "
         f"max {delays[-1] if delays else float('nan'):.2f} s"
     )
     rss_peak = [c.peak_rss_mb for c in consumers]
