@@ -8,6 +8,7 @@ linking to two hosts drawn at random. Its access log records, per request, the t
 address connected to and the client's, which bench.politeness reads.
 
     python -m bench.web [--hosts 100000] [--per-ip 8] [--sample 2000]
+    python -m bench.web --hosts 10000 --crawl [--processes 2]   # the crawler on it (bench.webcrawl)
 """
 
 from __future__ import annotations
@@ -108,22 +109,26 @@ def _index(spec: WebSpec, i: int) -> str:
     return f"{own}{away}"
 
 
-def _page(spec: WebSpec, rng: random.Random) -> str:
-    return "".join(
-        f"<a href='{spec.url(h)}'>elsewhere</a>" for h in rng.sample(range(spec.hosts), RANDOM_LINKS)
-    )
+def page_links(spec: WebSpec) -> list[list[int]]:
+    """The hosts each host's pages (other than its index) link to, drawn at random."""
+    rng = random.Random(spec.seed)
+    return [rng.sample(range(spec.hosts), RANDOM_LINKS) for _ in range(spec.hosts)]
+
+
+def _page(spec: WebSpec, away: Sequence[int]) -> str:
+    return "".join(f"<a href='{spec.url(h)}'>elsewhere</a>" for h in away)
 
 
 def generate(spec: WebSpec, directory: Path) -> Web:
     """Write the hosts file and the nginx.conf of the web under `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(spec.seed)
     hosts_file = directory / "hosts"
     with hosts_file.open("w") as out:
         for i in range(spec.hosts):
             out.write(f"{spec.address(i)} {spec.name(i)}\n")
     index = "\n".join(f'        {spec.name(i)} "{_index(spec, i)}";' for i in range(spec.hosts))
-    page = "\n".join(f'        {spec.name(i)} "{_page(spec, rng)}";' for i in range(spec.hosts))
+    links = page_links(spec)
+    page = "\n".join(f'        {spec.name(i)} "{_page(spec, links[i])}";' for i in range(spec.hosts))
     listens = "\n".join(
         f"        listen {spec.address(i)}:{spec.port};" for i in range(0, spec.hosts, spec.per_ip)
     )
@@ -149,6 +154,7 @@ def generate(spec: WebSpec, directory: Path) -> Web:
         location / {{ return 404; }}
     }}"""
     log = directory / "access.log"
+    log.unlink(missing_ok=True)  # a run reads its own requests alone
     conf = nginx.frame(
         servers,
         directory / "nginx",
@@ -309,6 +315,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--sample", type=int, default=2000, help="hosts resolved and fetched")
     parser.add_argument("--port", type=int, default=0, help="nginx's port (default: a free one)")
     parser.add_argument("--work", type=Path, default=None, help="directory (default: a temporary one)")
+    parser.add_argument("--crawl", action="store_true", help="crawl it from h0 instead of the sample")
+    parser.add_argument("--processes", type=int, default=2, help="crawler-consume workers (--crawl)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds before the crawl is killed")
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-web-"))
     port = args.port or free_port("127.1.0.1")
@@ -328,8 +337,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"{rss_mb(running.names.pid):.0f} MB, "
                 f"nginx {sum(rss_mb(p) or 0 for p in running.server.pids()):.0f} MB"
             )
-            sample = random.Random(1).sample(range(spec.hosts), min(args.sample, spec.hosts))
-            asyncio.run(_sample(running, sample))
+            if args.crawl:
+                from bench.webcrawl import crawl  # it builds on this module
+
+                crawl(running, work, processes=args.processes, timeout=args.timeout)
+            else:
+                sample = random.Random(1).sample(range(spec.hosts), min(args.sample, spec.hosts))
+                asyncio.run(_sample(running, sample))
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
