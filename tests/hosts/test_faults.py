@@ -45,7 +45,7 @@ def web() -> dict[str, Site]:
         ),
     }
     for n, host in enumerate(small):
-        leaves = {f"/{i}": [] for i in range(1, LEAVES + 1)}
+        leaves: dict[str, list[str]] = {f"/{i}": [] for i in range(1, LEAVES + 1)}
         hosts[host] = (f"127.0.0.{61 + n}", {"/": [f"{host}{p}" for p in leaves], **leaves})
     served = sites(hosts)
     for site in served.values():
