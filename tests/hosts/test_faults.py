@@ -79,15 +79,18 @@ def expected(served: dict[str, Site]) -> set[str]:
 
 def check_caps(served: dict[str, Site], rows: set[str], over: int = 0) -> None:
     """Two hosts of shop.test crawled, the third never asked; big.test stored its max_pages (up to
-    `over` more: deliveries a killed worker held unfetched, docs/open-web.md)."""
+    `over` more: deliveries a killed worker held unfetched, or pages in flight when Redis was lost;
+    docs/open-web.md)."""
     assert sum(1 for h in SHOP if pages(served[h])) == 2, {h: pages(served[h]) for h in SHOP}
     big = served["big.test"]
     stored_big = {u for u in rows if u.startswith(big.url())}
-    assert MAX_PAGES <= len(stored_big) <= MAX_PAGES + over, (sorted(stored_big), big.requests)
+    assert MAX_PAGES <= len(stored_big) <= MAX_PAGES + over, (len(stored_big), sorted(stored_big))
     assert len(set(pages(big))) == len(stored_big)
 
 
-async def ledger_of(settings: Settings, served: dict[str, Site], logs: list[Path]) -> str:
+async def ledger_of(
+    settings: Settings, served: dict[str, Site], logs: list[Path], redis_lost: bool = False
+) -> str:
     """The ledger of the stopped crawl; fails the test if it lost a URL or one expected was never found."""
     config = load_effective(settings)
     queues = {q.name for q in topology(config, Names(settings.prefix)).queues}
@@ -99,8 +102,10 @@ async def ledger_of(settings: Settings, served: dict[str, Site], logs: list[Path
     )
     assert ledger.ok, ledger.text()
     assert sum(ledger.queued.values()) == 0 and not ledger.dead, ledger.text()
-    # big.test's index links all of its pages: those past its max_pages were skipped, not lost.
-    assert ledger.skipped == BIG + 1 - len({u for u in stored_urls(settings) if "//big.test" in u})
+    # big.test's index links all of its pages: those past its max_pages were skipped, not lost (and
+    # in the seen-set unless Redis lost it after they were routed).
+    if not redis_lost:
+        assert ledger.skipped == BIG + 1 - len({u for u in stored_urls(settings) if "//big.test" in u})
     return ledger.text()
 
 
@@ -148,14 +153,15 @@ async def test_redis_restarted_empty_mid_crawl_loses_no_page_of_a_discovered_hos
         finally:
             ended = await asyncio.to_thread(_ended, workers)
     for code, err in ended:
-        assert code == 0 and "Traceback" not in err, err
+        assert code == 0 and "Traceback" not in err, err[-6000:]
     assert sum("rebuilt the dedup store" in err for _, err in ended) == 1  # the loss was seen
     rows = [url for url, _, _ in stored(sqlite_url)]
     assert expected(served) <= set(rows)  # a page stored twice is allowed, one lost is not
-    # The caps hold here because a.test's links to shop.test were all routed before the loss; after
-    # one, the host counts start again (docs/open-web.md).
-    check_caps(served, set(rows))
-    print("\n" + await ledger_of(settings, served, _logs(tmp_path, ended)))
+    # The host caps hold here because a.test's links to shop.test were all routed before the loss;
+    # after one, the host counts start again. max_pages is rebuilt from the rows: the pages counted
+    # and not yet stored at the loss are not in it (docs/open-web.md).
+    check_caps(served, set(rows), over=2 * SHARDS * PREFETCH)
+    print("\n" + await ledger_of(settings, served, _logs(tmp_path, ended), redis_lost=True))
 
 
 def stored_urls(settings: Settings) -> set[str]:
