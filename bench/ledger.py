@@ -5,7 +5,10 @@ done) before publishing it. At the end of a run, with its workers stopped, every
 must be one of:
 - a row in `pages` (stored, with its outcome),
 - a message in some queue: a domain's, a first band, a retry tier, the dead queue (a dead letter,
-  with its reason) or `unrouted`.
+  with its reason) or `unrouted`; with discovered hosts, a shard or a host wait queue too (every
+  queue of the topology is read),
+- skipped by policy (past max_pages, disallowed by robots.txt): no row, but a line of a worker's
+  log at -v (`{domain} {url}: skipped, {why}`), read from `logs`.
 Anything else is lost: the ledger names it, with the last line the workers' trace (`--trace`) logged
 for it. The URLs are found from the fingerprints through every URL the run knows: the site's pages,
 the rows and the messages. The seen-set must be kept until the ledger is taken (the soak deletes its
@@ -15,6 +18,7 @@ Redis keys only after).
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from contextlib import closing
@@ -33,6 +37,7 @@ from crawler.names import HEADER_REASON, Names
 from crawler.sink.sql import engine_url
 
 MISSING_SHOWN = 50  # missing URLs named in the text, each with its last trace line
+_SKIPPED = re.compile(r" (\S+): skipped, ")  # a worker's -v line for a page skipped by policy
 
 
 @dataclass(slots=True)
@@ -42,6 +47,7 @@ class Ledger:
     discovered: int = 0  # fingerprints in the crawl's seen-sets
     pending: int = 0  # of them, claims never confirmed (a publish under way, or its page not acked)
     rows: int = 0  # discovered URLs with a row
+    skipped: int = 0  # discovered URLs without a row that a worker's log says it skipped by policy
     queued: Counter[str] = field(default_factory=Counter)  # discovered URLs waiting, by queue
     dead: Counter[str] = field(default_factory=Counter)  # discovered URLs in the dead queue, by reason
     missing: list[tuple[str, str]] = field(default_factory=list)  # (URL, its last trace line)
@@ -68,8 +74,8 @@ class Ledger:
             f"ledger: {self.discovered} URLs discovered ({self.pending} claims pending): {self.rows} stored, "
             f"{sum(self.queued.values())} queued ({queued}), {sum(self.dead.values())} dead ({dead}), "
             f"LOST {self.lost} ({len(self.missing)} named, {self.unknown} unknown fingerprints); "
-            f"{len(self.undiscovered)} expected URLs never discovered; {self.rows_not_discovered} rows "
-            "not in the seen-set",
+            f"{self.skipped} skipped by policy; {len(self.undiscovered)} expected URLs never discovered; "
+            f"{self.rows_not_discovered} rows not in the seen-set",
         ]
         for url, last in self.missing[:MISSING_SHOWN]:
             lines.append(f"  lost {url}\n    last trace: {last}")
@@ -124,6 +130,18 @@ async def queued(amqp_url: str, queues: Sequence[str], dead: str) -> list[tuple[
     return out
 
 
+def skipped_urls(logs: Sequence[Path]) -> set[str]:
+    """The URLs the workers' logs (at -v) say were skipped by policy."""
+    found: set[str] = set()
+    for log in logs:
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            continue
+        found.update(m.group(1) for m in _SKIPPED.finditer(text))
+    return found
+
+
 def last_trace(url: str, logs: Sequence[Path]) -> str:
     """The latest line of `logs` that names `url` (text logs: each line starts with its time)."""
     lines = []
@@ -155,7 +173,8 @@ async def take(
     topo = topology(config, names)
     messages = await queued(amqp_url, [q.name for q in topo.queues], names.dead)
     expected = [canonicalise(u, tracking=config.dropped_params) for u in expected]
-    known = {fingerprint(u): u for u in [*expected, *rows, *(url for _, url, _ in messages)]}
+    skipped = skipped_urls(logs)
+    known = {fingerprint(u): u for u in [*expected, *rows, *(url for _, url, _ in messages), *skipped]}
     where: dict[str, list[tuple[str, str]]] = {}
     for queue, queued_url, reason in messages:
         where.setdefault(queued_url, []).append((queue, reason))
@@ -171,6 +190,8 @@ async def take(
                 ledger.dead[reason] += 1
             else:
                 ledger.queued[queue] += 1
+        elif url in skipped:
+            ledger.skipped += 1
         else:
             ledger.missing.append((url, last_trace(url, logs)))
     # A page stored after a Redis loss may be missing from the seen-set rebuilt before it was: it is

@@ -12,6 +12,7 @@ from crawler.config import CrawlConfig
 from crawler.errors import BadURL, ConfigError
 from crawler.frontier.client import frontier
 from crawler.frontier.crawls import CrawlOptions
+from crawler.frontier.hosts import follows
 from crawler.frontier.router import Routed
 from crawler.frontier.urls import canonicalise
 from crawler.monitor.metrics import DomainStats
@@ -67,12 +68,16 @@ def check_domains(config: CrawlConfig, domains: Sequence[str] | None) -> list[st
 
 
 def check_seeds(config: CrawlConfig, urls: Sequence[str]) -> list[str]:
-    """Canonical seeds; BadURL naming the first seed that cannot be crawled."""
+    """Canonical seeds; BadURL naming the first seed that cannot be crawled. A seed on a host of no
+    listed domain is taken if discovery would follow a link to it (its caps aside)."""
     seeds = []
     for url in urls:
         canon = canonicalise(url, tracking=config.dropped_params)
         host = canon.split("/")[2].rsplit(":", 1)[0]
-        if config.domain_of(host) is None and not config.follow_other_domains:
+        if config.discovered(host):
+            if not follows(config, host):
+                raise BadURL(f"{url}: its host is out of the scope of `discover:` in domains.yaml")
+        elif config.domain_of(host) is None and not config.follow_other_domains:
             raise BadURL(
                 f"{url}: its host is in no domain of domains.yaml "
                 f"(configured: {', '.join(sorted(config.domains)) or 'none'})"

@@ -62,7 +62,8 @@ def stored(database_url: str) -> dict[str, str]:
 def only_crawl(settings: Settings) -> dict[str, Any]:
     listed = run("crawler", ["crawls", "list", "--json"], settings)
     assert listed.returncode == 0, listed.stderr
-    [crawl] = map(json.loads, listed.stdout.splitlines())
+    crawls: list[dict[str, Any]] = [json.loads(line) for line in listed.stdout.splitlines()]
+    [crawl] = crawls
     return crawl
 
 
