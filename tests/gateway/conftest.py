@@ -30,7 +30,9 @@ async def gateway(tmp_path: Path, redis: Redis, prefix: str) -> AsyncIterator[St
     async def start(proxies: list[ForwardProxy], env: dict[str, str] | None = None, **settings: Any) -> str:
         path = write_proxies(tmp_path / f"proxies{len(runners)}.yaml", proxies, **settings)
         gw = Gateway(redis, Names(prefix), str(path), ENV | (env or {}))
-        runner = web.AppRunner(gw.app(), access_log=None)
+        # A handler still at work when the test ends (a client gone mid-stream) is cancelled after
+        # 5 s, not aiohttp's 60: the teardown stays within the test's timeout.
+        runner = web.AppRunner(gw.app(), access_log=None, shutdown_timeout=5)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.41", 0).start()
         runners.append(runner)
