@@ -3,6 +3,7 @@ with exit 2, within 10 s, and a closed pipe ends a command quietly."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,8 +21,6 @@ from tests.support.services import AMQP_HOST, crawler_command, env_for, settings
 
 WITHIN = 10.0  # seconds a refusal may take on a quiet machine, start-up of the interpreter included
 SECRET = "sekrit-pw"  # a password in a bad URL: it must never be printed
-# Ports nothing listens on: connections to them are refused.
-CLOSED = free_port("127.0.0.1")
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,8 @@ def amqp(userinfo: str, vhost: str, port: int = 5672) -> str:
     return f"amqp://{userinfo}@{AMQP_HOST}:{port}/{vhost}"
 
 
-# (setting, bad value, programs that read it, what the one line must say); {vhost} is the test's.
+# (setting, bad value, programs that read it, what the one line must say); {vhost} is the test's,
+# {closed} a port held closed for it.
 SETTINGS: list[tuple[str, str, tuple[str, ...], str]] = [
     (
         "CRAWLER_AMQP_URL",
@@ -69,7 +69,7 @@ SETTINGS: list[tuple[str, str, tuple[str, ...], str]] = [
     ("CRAWLER_AMQP_URL", "http://localhost:5672/", ("seed", "consume", "api"), "not a RabbitMQ URL"),
     (
         "CRAWLER_AMQP_URL",
-        f"amqp://guest:{SECRET}@127.0.0.1:{CLOSED}/",
+        f"amqp://guest:{SECRET}@127.0.0.1:{{closed}}/",
         ("seed", "status", "crawls", "consume", "api"),
         "connection refused",
     ),
@@ -88,7 +88,7 @@ SETTINGS: list[tuple[str, str, tuple[str, ...], str]] = [
     ("CRAWLER_REDIS_URL", "notaurl", ("seed", "status", "consume", "api", "gateway"), "not a Redis URL"),
     (
         "CRAWLER_REDIS_URL",
-        f"redis://127.0.0.1:{CLOSED}/0",
+        "redis://127.0.0.1:{closed}/0",
         ("seed", "status", "consume", "api", "gateway"),
         "connection refused",
     ),
@@ -101,7 +101,7 @@ SETTINGS: list[tuple[str, str, tuple[str, ...], str]] = [
     ("CRAWLER_DATABASE_URL", "crawl.db", ("seed", "export", "consume"), "not a database URL"),
     (
         "CRAWLER_DATABASE_URL",
-        f"postgresql://postgres:{SECRET}@127.0.0.1:{CLOSED}/x",
+        f"postgresql://postgres:{SECRET}@127.0.0.1:{{closed}}/x",
         ("seed", "status", "export", "consume", "api"),
         "Connection refused",
     ),
@@ -194,9 +194,18 @@ def crawl_env(tmp_path: Path, amqp_url: str, prefix: str) -> Iterator[dict[str, 
     yield env_for(settings_for(amqp_url, prefix, database, config))
 
 
+@pytest.fixture
+def closed() -> Iterator[int]:
+    """A port bound but never listened on: a connection to it is refused for as long as the test runs
+    (a port merely free at import time may be a later test's listening server by then)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield held.getsockname()[1]
+
+
 @pytest.mark.timeout(300)
 def test_every_program_refuses_each_bad_setting_in_one_line(
-    crawl_env: dict[str, str], programs: dict[str, Program], amqp_url: str
+    crawl_env: dict[str, str], programs: dict[str, Program], amqp_url: str, closed: int
 ) -> None:
     vhost = amqp_url.rsplit("/", 1)[1]
     cases = [
@@ -213,7 +222,7 @@ def test_every_program_refuses_each_bad_setting_in_one_line(
 
     def attempt(case: tuple[str, Program, str, str, str]) -> tuple[str, Ran, str]:
         what, program, setting, value, says = case
-        env = {**crawl_env, **program.env, setting: value.format(vhost=vhost)}
+        env = {**crawl_env, **program.env, setting: value.format(vhost=vhost, closed=closed)}
         return what, run(crawler_command(program.name, *program.args), env), says
 
     # Two at a time: the machine's two cores, so each still ends well within its limit.

@@ -151,7 +151,8 @@ def test_a_crawl_ends_when_its_work_does_whoever_watches_and_ctrl_c_interrupts_i
                 process.communicate()
         crawls = _crawls(settings)
         # A new crawl says it takes up what another crawl left queued (the broker asked, not its API).
-        left = run("crawler", ["seed", "--label", "left", site.url()], settings).stdout.split()[-1]
+        seeded_left = run("crawler", ["seed", "--label", "left", site.url()], settings)
+        left = seeded_left.stdout.split()[-1]
         passive = replace(settings, management_url="http://127.0.0.1:9")
         after = run("crawler", ["crawl", "--max-pages", "1", site.url()], passive)
     ended = crawls[_crawl_id(first.stderr)]
@@ -174,7 +175,7 @@ def test_a_crawl_ends_when_its_work_does_whoever_watches_and_ctrl_c_interrupts_i
     # The seed's one at least (and what the interrupted crawl left, if it left some).
     assert re.search(
         r"crawler crawl: [1-9][0-9]* messages of earlier crawls were queued already", after.stderr
-    )
+    ), f"{seeded_left.stdout}{seeded_left.stderr}\n{after.stderr}"
     # Its leftovers crawled by that run, the other crawl's work is over: finished, then.
     assert _crawls(settings)[left]["state"] == "finished"
 

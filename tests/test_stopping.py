@@ -24,7 +24,7 @@ from crawler.sink.sql import migrate
 from demo.site import free_port, serve
 from tests.support.api import API_IP, TOKENS
 from tests.support.services import AUTH, MANAGEMENT, consumers, crawler_command, env_for, settings_for
-from tests.support.sites import shops, write_config
+from tests.support.sites import shops, slow, write_config
 from tests.support.wait import until
 
 GATEWAY_IP = "127.0.0.49"
@@ -158,6 +158,8 @@ async def test_sigterm_at_any_point_of_start_up_stops_the_program_cleanly(
     with serve(site):
         if program == "crawler crawl":
             program = f"crawler crawl {site.url()}"
+            # Each page answers slowly, so no crawl can end before the point its SIGTERM waits for.
+            slow(site, 1.5)
         for point in points:
             code, err = await sigterm_at(program, point, settings, tmp_path)
             assert code == 0, f"{program}, SIGTERM at {point}: exit {code}\n{err}"

@@ -310,6 +310,10 @@ class Consumer:
             await self.subscriptions.add(self.holds.active(self.domains))
             await self._add_hosts()
 
-        await drain.wait(
-            self._stop, lambda: self._inflight == 0 and not self._more(), self._unsubscribe, resume
-        )
+        await drain.wait(self._stop, self._quiet, self._unsubscribe, resume)
+
+    def _quiet(self) -> bool:
+        """Nothing in flight, nothing to come from outside, no domain resting: the queues can decide."""
+        # A resting domain's queue may look empty only because another consumer holds its messages,
+        # and gets the same refusal: its rest must end before this consumer may call the work done.
+        return self._inflight == 0 and not self._more() and not self.holds.resting
