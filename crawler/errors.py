@@ -127,6 +127,17 @@ class BackendHalt(FetchBackendError):
     pause: float | None = None
 
 
+class BackendDown(BackendHalt):
+    """The fetch service itself keeps failing (unreachable, no answer, its own errors): the page is
+    not to blame, so it goes back unspent while its domain pauses `pause` seconds; the outage has
+    `lasted` seconds so far."""
+
+    def __init__(self, message: str, *, pause: float, lasted: float, url: str | None = None) -> None:
+        super().__init__(message, url=url)
+        self.pause = pause
+        self.lasted = lasted
+
+
 class BackendKeyRejected(BackendHalt):
     """The fetch service refused the API key (401/403): fix CRAWLER_FETCH_API_KEY."""
 

@@ -1,5 +1,6 @@
-"""What a worker knows of its fetch service's health: the back-off its 429s asked for, and an outage
-it reports once, then at most every REPORT_EVERY seconds, until an answer ends it."""
+"""What a worker knows of its fetch service's health: the back-off its 429s asked for, and an outage:
+failures of the service as a whole, which pause domains instead of spending their pages' tries,
+reported once, then at most every REPORT_EVERY seconds, until an answer ends it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import aiohttp
 
 from crawler.errors import (
     BackendBusy,
+    BackendDown,
     BackendUnavailable,
+    FetchBackendError,
     FetchError,
     FetchTimeout,
 )
@@ -23,6 +26,11 @@ BUSY_FIRST = 0.25  # seconds of back-off after the service's first 429; doubling
 BUSY_MOST = 30.0
 # An outage fails every page in flight: say so once, then at most this often, not once a page.
 REPORT_EVERY = 10.0
+# Failures of the service in a row that make an outage; a connection it refuses makes one at once.
+# Fewer could be one slow or odd page's doing, which must spend its own tries, not pause its domain.
+OUTAGE_AFTER = 3
+OUTAGE_PAUSE_FIRST = 1.0  # a domain's pause while the service is down: the outage so far, within these
+OUTAGE_PAUSE_MOST = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +42,7 @@ class ServiceHealth:
         self._busy_until = 0.0
         self._busy_strikes = 0
         self._failing = 0  # transient service failures since its last good answer
+        self._failing_since = 0.0  # when the first of them came (monotonic)
         self._reported = -REPORT_EVERY
 
     @asynccontextmanager
@@ -60,21 +69,33 @@ class ServiceHealth:
             raise
         except (aiohttp.ClientError, OSError) as exc:
             what = "the fetch service's answer broke off" if streaming else "cannot reach the fetch service"
-            raise self._trouble(BackendUnavailable(f"{what} ({why(exc)})", url=url)) from None
+            down = isinstance(exc, aiohttp.ClientConnectorError | ConnectionRefusedError)
+            raise self._trouble(BackendUnavailable(f"{what} ({why(exc)})", url=url), down=down) from None
         self._busy_strikes = 0
         if self._failing:
             log.warning("the fetch service answers again after %d failed fetches", self._failing)
             self._failing = 0
 
-    def _trouble(self, exc: BackendUnavailable) -> BackendUnavailable:
-        """Log the service's failure (the first, then every REPORT_EVERY s); the page is retried."""
-        self._failing += exc.transient
+    def _trouble(self, exc: BackendUnavailable, *, down: bool = False) -> FetchBackendError:
+        """The service failed: the page is retried, unless the failures make an outage (`down`: one
+        that cannot be anything else), which pauses its domain instead (BackendDown). Logged once,
+        then every REPORT_EVERY s."""
+        if not exc.transient:
+            return exc
         now = time.monotonic()
+        if not self._failing:
+            self._failing_since = now
+        self._failing += 1
+        lasted = now - self._failing_since
+        outage = down or self._failing >= OUTAGE_AFTER
         if now - self._reported >= REPORT_EVERY:
             self._reported = now
-            retried = "its pages are retried" if exc.transient else "not retried"
-            log.warning("%s (%s; %d failed fetches so far)", exc, retried, self._failing)
-        return exc
+            then = "its domains pause, their pages wait queued" if outage else "its pages are retried"
+            log.warning("%s (%s; %d failed fetches in %.0fs)", exc, then, self._failing, lasted)
+        if not outage:
+            return exc
+        pause = min(max(OUTAGE_PAUSE_FIRST, lasted), OUTAGE_PAUSE_MOST)
+        return BackendDown(str(exc), pause=pause, lasted=lasted, url=exc.url)
 
     async def _not_busy(self) -> None:
         """Wait out a back-off the service asked for with a 429 (the fetch's deadline bounds it)."""

@@ -222,11 +222,13 @@ async def declare(channel: AbstractChannel, topo: Topology) -> None:
         ) from None
 
 
-def work_queues(config: CrawlConfig, names: Names, domains: Iterable[str]) -> list[str]:
-    """Queues holding work still to do for `domains`: their queues (and the host layout's), then
-    every retry tier."""
+def work_queues(
+    config: CrawlConfig, names: Names, domains: Iterable[str], *, hosts: bool = True
+) -> list[str]:
+    """Queues holding work still to do for `domains`: their queues (and, with `hosts`, the host
+    layout's), then every retry tier."""
     return [
         *(q.name for d in domains for q in domain_queues(names, d, config.frontier)),
-        *(q.name for q in host_queues(config, names)),
+        *(q.name for q in (host_queues(config, names) if hosts else [])),
         *(names.retry_queue(d) for d in config.retry_tiers),
     ]

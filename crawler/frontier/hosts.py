@@ -97,6 +97,7 @@ class HostShards:
     label: str
     _channel: AbstractChannel | None = None
     _consumers: list[tuple[AbstractQueue, str]] = field(default_factory=list)
+    _shards: int = 0
 
     async def add(self, shards: int, prefetch: int) -> None:
         """Consume every shard (again, after `close`); each consumer has `prefetch` deliveries."""
@@ -104,7 +105,15 @@ class HostShards:
             return
         self._channel = await self.connection.channel(publisher_confirms=False)
         await self._channel.set_qos(prefetch_count=prefetch)
-        for shard in range(shards):
+        self._shards = shards
+        await self.release()
+
+    async def release(self) -> None:
+        """Take deliveries again after `cancel` (the fetch service paused discovered hosts), on the
+        same channel, which still carries the acks of what it delivered before."""
+        if self._channel is None or self._consumers:
+            return
+        for shard in range(self._shards):
             queue = await self._channel.declare_queue(self.names.host_shard(shard), passive=True)
             tag = f"{self.label}.hosts.{shard}".replace(" ", ".")
             await queue.consume(self._deliver, consumer_tag=tag)

@@ -32,6 +32,7 @@ from crawler.frontier.sitemaps import SitemapTasks
 from crawler.frontier.tracing import step
 from crawler.monitor import readings
 from crawler.monitor.metrics import DomainStats, Metrics
+from crawler.names import DISCOVERED_LABEL
 from crawler.sink.crawls import CrawlStore
 from crawler.sink.domains import DomainStore
 from crawler.sink.groupcommit import GroupCommit
@@ -143,7 +144,12 @@ class Consumer:
         self._stop = asyncio.Event()
         self._stopped_by: signal.Signals | None = None
         self.holds = Holds(
-            self.subscriptions, parts.crawls, lambda: self.config.budget_pause, self._stop.is_set
+            self.subscriptions,
+            parts.crawls,
+            lambda: self.config.budget_pause,
+            self._stop.is_set,
+            give_up=tuning.outage_limit if burst else None,
+            shards=self.hosts,
         )
 
     @property
@@ -251,7 +257,9 @@ class Consumer:
         try:
             await self._pipeline.handle(domain, message)
         except BackendHalt as exc:
-            await self.holds.halt(domain, message, exc)
+            # Discovered hosts share their shards' subscription: they are held together.
+            held = DISCOVERED_LABEL if self.config.discovered(domain) else domain
+            await self.holds.halt(held, message, exc)
         except asyncio.CancelledError:
             # aio-pika cancels the work on a channel's deliveries when the channel closes.
             if lost(message):
@@ -279,6 +287,8 @@ class Consumer:
         config = self.config
         if config.discover.follow != "all" or not self._every_domain or self._stop.is_set():
             return
+        if DISCOVERED_LABEL in self.holds.halted:
+            return  # the fetch service refused them: taken up when their pause ends
         prefetch = max(1, min(self.prefetch or config.host_rules.prefetch, self.tuning.max_prefetched))
         await self.hosts.add(config.discover.shards, prefetch)
 
@@ -296,12 +306,15 @@ class Consumer:
         await self.hosts.close()
 
     async def _until_drained(self) -> None:
-        # A domain resting after a spent budget still has work in its queue: not drained until it is done.
-        def working() -> list[str]:
-            return [d for d in self.domains if d in self.holds.resting or d in self.holds.active([d])]
+        # A domain resting after a spent budget still has work in its queue: not drained until it is
+        # done. One halted for good (a rejected key) is left to the next run: its queue is not asked.
+        def working(domains: Sequence[str]) -> list[str]:
+            return [d for d in domains if d in self.holds.resting or d in self.holds.active([d])]
 
         drain = self.frontier.drain(
-            lambda: work_queues(self.config, self.names, working()),
+            lambda: work_queues(
+                self.config, self.names, working(self.domains), hosts=bool(working([DISCOVERED_LABEL]))
+            ),
             lambda: len(self.config.retry_tiers),
             self.tuning,
         )

@@ -1,5 +1,6 @@
 """The domains a consumer leaves alone: those paused fleet-wide (followed from Redis), and those the
-fetch service refuses (a rejected key: until the worker restarts; a spent budget: `budget_pause`)."""
+fetch service refuses (a rejected key: until the worker restarts; a spent budget: `budget_pause`;
+an outage of the service: until it answers, or in burst mode for `give_up` seconds at most)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from crawler.errors import BackendBudgetExhausted, BackendHalt
+from crawler.errors import BackendBudgetExhausted, BackendDown, BackendHalt
 from crawler.frontier.crawls import CrawlState
 from crawler.frontier.delivery import Delivery
+from crawler.frontier.hosts import HostShards
 from crawler.frontier.subscriptions import Subscriptions
-from crawler.names import PAUSE_POLL
+from crawler.names import DISCOVERED_LABEL, PAUSE_POLL
 
 log = logging.getLogger("crawler.worker.consumer")
 
@@ -25,11 +27,15 @@ class Holds:
         crawls: CrawlState | None,
         budget_pause: Callable[[], float],
         stopping: Callable[[], bool],
+        give_up: float | None = None,
+        shards: HostShards | None = None,
     ) -> None:
         self._subscriptions = subscriptions
+        self._shards = shards  # discovered hosts' shards: held together, as DISCOVERED_LABEL
         self._crawls = crawls  # None: no fleet-wide pauses (tests)
         self._budget_pause = budget_pause
         self._stopping = stopping
+        self._give_up = give_up  # seconds of a fetch service's outage after which a domain stays halted
         self.halted: dict[str, str] = {}  # domain -> why the fetch service stopped it
         # Halted domains that come back by themselves (a spent budget): burst mode waits for them.
         self.resting: set[str] = set()
@@ -47,8 +53,9 @@ class Holds:
     async def halt(self, domain: str, message: Delivery, exc: BackendHalt) -> None:
         """The fetch service refuses the domain: its message goes back, its queue is held.
 
-        Nothing is set aside: the pages are fine, the key or the budget is not. A paused domain
-        (budget) is taken up again after domains.yaml's `budget_pause`; a rejected key waits for a restart.
+        Nothing is set aside: the pages are fine, the key, the budget or the service is not. A
+        paused domain (budget, outage) is taken up again after its pause; a rejected key waits for a
+        restart. Discovered hosts (`domain` DISCOVERED_LABEL) are held and taken up together.
         """
         try:
             await message.nack(requeue=True)
@@ -56,11 +63,25 @@ class Holds:
             log.debug("%s: nack failed (%r)", domain, nack_failed)
         if domain in self.halted:
             return
-        self.halted[domain] = str(exc)
         wait = self._budget_pause() if isinstance(exc, BackendBudgetExhausted) else exc.pause
-        pause = f"paused for {wait:g}s" if wait else "stopped until this worker is restarted"
-        log.error("%s: %s; its messages stay in the queue, %s", domain, exc, pause)
-        await self._subscriptions.hold(domain)
+        outage = isinstance(exc, BackendDown)
+        why = str(exc)
+        if isinstance(exc, BackendDown) and self._give_up is not None and exc.lasted >= self._give_up:
+            wait, why = None, f"{why} (down for {exc.lasted:.0f}s)"
+        self.halted[domain] = why
+        pause = f"paused for {wait:.3g}s" if wait else "stopped until this worker is restarted"
+        # An outage is the service's, not the domain's: each domain says so, but not as an error.
+        log.log(
+            logging.WARNING if outage and wait else logging.ERROR,
+            "%s: %s; its messages stay in the queue, %s",
+            domain,
+            why,
+            pause,
+        )
+        if domain == DISCOVERED_LABEL and self._shards is not None:
+            await self._shards.cancel()
+        else:
+            await self._subscriptions.hold(domain)
         if wait:
             self.resting.add(domain)
             asyncio.get_running_loop().call_later(wait, self._resume, domain)
@@ -71,7 +92,8 @@ class Holds:
         if self.halted.pop(domain, None) is None or self._stopping() or domain in self.paused:
             return  # a fleet-wide pause releases it when it ends
         log.info("%s: taking its messages again after a pause", domain)
-        task = asyncio.ensure_future(self._subscriptions.release(domain))
+        shards = self._shards if domain == DISCOVERED_LABEL else None
+        task = asyncio.ensure_future(shards.release() if shards else self._subscriptions.release(domain))
         self._resuming.add(task)
         task.add_done_callback(lambda done: self._resumed(domain, done))
 

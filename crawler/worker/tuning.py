@@ -19,6 +19,9 @@ class Tuning:
     # work on, more only cost broker CPU and pages/s (1,000 queues x 16 against x 4 in
     # bench/README.md). Each queue's prefetch is lowered to its share when there are that many queues.
     max_prefetched: int = 4096
+    # Burst mode: a fetch service down this long ends the burst (exit 2, its messages left queued);
+    # a worker that runs on waits for it however long it takes.
+    outage_limit: float = 120.0
     probes: int = 8  # channels asking queue depths at once when burst mode checks for an empty frontier
     # RabbitMQ closes the whole connection when a client opens more channels than it negotiated (2047
     # by default), and a robust connection restores its channels one by one after a reconnect: each

@@ -16,8 +16,10 @@ from crawler.config import parse_config
 from crawler.errors import (
     BackendBudgetExhausted,
     BackendBusy,
+    BackendDown,
     BackendKeyRejected,
     BackendUnavailable,
+    FetchError,
     FetchTimeout,
 )
 from crawler.fetch.api import ApiEndpoint, ApiFetcher
@@ -131,11 +133,37 @@ async def test_a_target_failure_is_the_targets_and_a_dead_service_is_transient(s
         await fetcher.aclose()
     gone = ApiFetcher(config, ApiEndpoint("http://127.0.0.47:1/fetch", KEY))
     try:
-        with pytest.raises(BackendUnavailable) as caught:
+        with pytest.raises(BackendDown) as caught:
             await gone.fetch("http://a.test/", config.rules_for("a.test"))
     finally:
         await gone.aclose()
     assert caught.value.transient and KEY not in str(caught.value)
+
+
+async def test_failures_of_the_service_in_a_row_make_an_outage_that_pauses_and_an_answer_ends_it(
+    service: Service,
+) -> None:
+    config = api_config()
+    rules = config.rules_for("a.test")
+    fetcher = ApiFetcher(config, ApiEndpoint(f"http://127.0.0.47:{service.port}/fetch", KEY))
+    service.status = 503
+    try:
+        # Two could be one odd page's doing: each spends its page's try. The third is an outage.
+        for error in (BackendUnavailable, BackendUnavailable, BackendDown, BackendDown):
+            with pytest.raises(FetchError) as caught:
+                await fetcher.fetch("http://a.test/", rules)
+            assert type(caught.value) is error, caught.value
+        assert isinstance(caught.value, BackendDown) and 1.0 <= caught.value.pause <= 30.0
+        assert 0 <= caught.value.lasted < 30 and "503" in str(caught.value)
+        service.status = 200
+        service.answer = {"status_code": 200, "headers": [], "body": "ok"}
+        await fetcher.fetch("http://a.test/", rules)
+        service.status = 503
+        with pytest.raises(BackendUnavailable) as after:
+            await fetcher.fetch("http://a.test/", rules)
+        assert type(after.value) is BackendUnavailable  # the answer ended the outage
+    finally:
+        await fetcher.aclose()
 
 
 async def test_a_streamed_answer_ends_an_outage_and_a_back_off_as_a_fetched_one_does(
