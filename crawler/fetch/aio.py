@@ -21,8 +21,15 @@ from crawler.dns import HostResolver
 from crawler.errors import BadResponse, ConnectFailed, FetchError, Refused
 from crawler.fetch.connect import AddressPolicy, GuardedBackend, GuardedResolver
 from crawler.fetch.fetcher import BoundedFetcher, Headers, Opened, request_headers
+from crawler.fetch.wire import going
 
 MAX_HEADER_BYTES = 65_536
+
+
+async def _headers_sent(
+    session: aiohttp.ClientSession, context: object, params: aiohttp.TraceRequestHeadersSentParams
+) -> None:
+    await going()
 
 
 class AiohttpFetcher(BoundedFetcher):
@@ -44,8 +51,12 @@ class AiohttpFetcher(BoundedFetcher):
             resolver=GuardedResolver(self._guard),
             use_dns_cache=False,  # every connection's address goes through the guard afresh
         )
+        # Tells a request's pacing when it went: after connecting and resolving, not before.
+        on_wire = aiohttp.TraceConfig()
+        on_wire.on_request_headers_sent.append(_headers_sent)
         self._session = aiohttp.ClientSession(
             connector=connector,
+            trace_configs=[on_wire],
             headers=request_headers(config),
             auto_decompress=False,
             timeout=aiohttp.ClientTimeout(total=None),  # the whole-fetch deadline bounds it all

@@ -48,6 +48,7 @@ from crawler.fetch.fetcher import (
     streamed,
 )
 from crawler.fetch.service_health import ServiceHealth
+from crawler.fetch.wire import going
 
 Profile = Literal["envelope", "scrapingbee"]
 ENV_URL = "CRAWLER_FETCH_API_URL"
@@ -132,6 +133,7 @@ class ApiFetcher:
         refresh through it is told unchanged by its content's signature, never by a 304.
         """
         spec = rules.fetch_for(url)
+        await going()  # the service sends it on at once (its exits' own pacing is its own)
         async with self._health.asking(url, rules.timeout + ANSWER_MARGIN, streaming=False):
             if self._profile == "scrapingbee":
                 response = await self._scrapingbee(url, spec, rules, html_only)
@@ -161,6 +163,7 @@ class ApiFetcher:
             yield Streamed(response.url, response.status_code, response.headers, slices(response.body))
             return
         deadline = rules.timeout + ANSWER_MARGIN
+        await going()
         async with self._health.asking(url, deadline, streaming=True), self._raw(url, spec, rules) as answer:
             yield answer
 

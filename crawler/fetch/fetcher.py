@@ -30,6 +30,7 @@ from crawler.errors import (
 )
 from crawler.fetch.connect import AddressPolicy, GuardedBackend
 from crawler.fetch.decoding import ACCEPT_ENCODING, decode_errors, decoder_for
+from crawler.fetch.wire import OnWire, httpcore_trace, paced
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -107,7 +108,7 @@ class Streamed:
         return value.strip() or None if value is not None else None
 
 
-Hop = Callable[[str], Awaitable[None]]
+Hop = Callable[[str], Awaitable[OnWire | None]]
 """Clears one request of a followed chain before it is sent (scope, rate token); BadURL refuses it."""
 
 
@@ -271,7 +272,8 @@ class HttpFetcher(BoundedFetcher):
     @asynccontextmanager
     async def _open(self, url: str, headers: Headers | None) -> AsyncIterator[Opened]:
         try:
-            async with self._client.stream("GET", url, headers=headers) as resp:
+            trace = {"trace": httpcore_trace}  # tells the request's pacing when it goes
+            async with self._client.stream("GET", url, headers=headers, extensions=trace) as resp:
                 encodings = resp.headers.get_list("content-encoding")
                 yield resp.status_code, resp.headers, resp.aiter_raw(), encodings
         except FetchError:
@@ -302,13 +304,14 @@ async def follow(
     while True:
         current = hops[-1]
         try:
-            await hop(current)
+            on_wire = await hop(current)
         except BadURL as exc:
             raise Refused(f"redirect refused: {exc}", status_code=status, url=current) from None
-        if head:
-            response = await _head(fetcher, current, rules)
-        else:
-            response = await fetcher.fetch(current, rules, html_only=html_only)
+        with paced(on_wire):
+            if head:
+                response = await _head(fetcher, current, rules)
+            else:
+                response = await fetcher.fetch(current, rules, html_only=html_only)
         location = response.location
         if location is None:
             return replace(response, url=url)

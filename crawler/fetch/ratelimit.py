@@ -168,6 +168,19 @@ return {tostring(b.factor), tostring(math.max(0, b.paused - b.now))}
 Taken = tuple[int, float]
 """What one ask of a bucket answered: granted (1) or not (0), and the seconds to wait."""
 
+# Seconds a request may reach the wire after its token was due before its buckets are told: below
+# this, a server cannot tell (and the bench's politeness check allows it); above, the next request
+# would come that much closer than its rate allows.
+LATE_MIN = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """A request's leave to go: the seconds it waited for it, and when it was due (monotonic)."""
+
+    waited: float
+    due: float
+
 
 @dataclass(frozen=True, slots=True)
 class Budget:
@@ -262,29 +275,56 @@ class RateLimiter:
         taken: Taken | None = None,
         ip: tuple[str, Budget] | None = None,
     ) -> float:
-        """Wait until this worker may send one request to `domain`; return the seconds waited.
+        """Wait until this worker may send one request to `domain`; return the seconds waited."""
+        return (await self.token(domain, budget, taken, ip)).waited
+
+    async def token(
+        self,
+        domain: str,
+        budget: Callable[[], Budget],
+        taken: Taken | None = None,
+        ip: tuple[str, Budget] | None = None,
+        taken_at: float | None = None,
+        horizon: float = HORIZON,
+    ) -> Token:
+        """Wait until this worker may send one request to `domain`: the token, for `sending`.
 
         `budget` is asked again each time round, so an edited rate reaches requests already waiting.
-        `taken` is the answer of a TAKE already run for this request (by its admission), used first.
-        `ip`: the address the request goes to and its budget, which every host on it shares; its
-        token and the domain's are taken together or not at all.
+        `taken` is the answer of a TAKE already run for this request (by its admission, at monotonic
+        `taken_at`), used first. `ip`: the address the request goes to and its budget, which every
+        host on it shares; its token and the domain's are taken together or not at all. `horizon`
+        0: no token is reserved ahead, so one asked for after an earlier request went late is due
+        after it (a host the crawl found, whose few pages must each keep their distance).
         """
         waited = 0.0
         while True:
+            # A token is due `wait` after the script ran: reckoned from the ask, which is earlier, so
+            # `sending` may think a request later than it is, never less late.
+            asked = self._clock() if taken_at is None else taken_at
             if taken is not None:
                 (grant, wait), taken = taken, None
             elif ip is not None:
-                keys, args = self.take_pair_args(domain, budget(), *ip)
+                keys, args = self.take_pair_args(domain, budget(), *ip, horizon)
                 grant, wait = await self._take_pair(keys=keys, args=args)
             else:
-                keys, args = self.take_args(domain, budget())
+                keys, args = self.take_args(domain, budget(), horizon)
                 grant, wait = await self._take(keys=keys, args=args)
+            taken_at = None
             seconds = max(0.0, float(wait))
             if seconds:
                 await asyncio.sleep(seconds)
                 waited += seconds
             if int(grant):
-                return waited
+                return Token(waited, asked + seconds)
+
+    async def sending(
+        self, domain: str, budget: Budget, token: Token, ip: tuple[str, Budget] | None = None
+    ) -> None:
+        """Say a request is about to go with `token`: late by more than LATE_MIN (its admission long
+        before, a busy event loop), its buckets count it now, keeping the next one its distance."""
+        late = self._clock() - token.due
+        if late >= LATE_MIN:
+            await self.went_late(domain, budget, late, ip)
 
     async def went_late(
         self, domain: str, budget: Budget, late: float, ip: tuple[str, Budget] | None = None

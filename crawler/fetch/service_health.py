@@ -68,8 +68,9 @@ class ServiceHealth:
             exc.url = exc.url or url
             raise
         except (aiohttp.ClientError, OSError) as exc:
-            what = "the fetch service's answer broke off" if streaming else "cannot reach the fetch service"
             down = isinstance(exc, aiohttp.ClientConnectorError | ConnectionRefusedError)
+            broke = streaming and not down
+            what = "the fetch service's answer broke off" if broke else "cannot reach the fetch service"
             raise self._trouble(BackendUnavailable(f"{what} ({why(exc)})", url=url), down=down) from None
         self._busy_strikes = 0
         if self._failing:

@@ -11,6 +11,7 @@ bursts) share one pipelined write: each script stays its own atomic step.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -146,10 +147,13 @@ class Admission:
             *take_args[TAKE_ARGS:],
         ]
         script = self._admit if share is None else self._admit_pair
+        # Its token is due `wait` after the script ran, which is after it was asked for and maybe
+        # long before this task resumes: reckoned from the ask, a late request is never missed.
+        asked = time.monotonic()
         grant, wait = await self._run(script, keys, args)
         if int(grant) < 0:
             return Checked(held=_HELD[int(grant)])
-        return Checked(admitted=Admitted((int(grant), float(wait)), crawl_delay))
+        return Checked(admitted=Admitted((int(grant), float(wait)), crawl_delay, asked))
 
     async def _run(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
         """Run `script` with those of other pages checked in the same loop turn."""

@@ -15,9 +15,10 @@ from crawler.archive import Archived
 from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, Cancelled, FetchError, Refused, TooManyRedirects
 from crawler.fetch.fetcher import Fetcher, Response, conditional_headers
-from crawler.fetch.ratelimit import Budget, RateLimiter, Taken, budget
+from crawler.fetch.ratelimit import HORIZON, Budget, RateLimiter, Taken, Token, budget
 from crawler.fetch.robots import Robots
 from crawler.fetch.robots import Verdict as RobotsVerdict
+from crawler.fetch.wire import OnWire, paced
 from crawler.frontier import recrawl
 from crawler.frontier.message import Refresh
 from crawler.frontier.retry import Failure, from_error, from_status, parse_retry_after
@@ -92,6 +93,7 @@ class Admitted:
 
     taken: Taken
     crawl_delay: float | None = None
+    at: float | None = None  # when its admission answered (monotonic): its token was due `wait` after
 
 
 def conditional(refresh: Refresh | None) -> dict[str, str] | None:
@@ -263,15 +265,18 @@ class Visitor:
             share = await self._share(task.url)
         except FetchError as exc:  # its name has no address, or cannot be resolved now
             return _fetch_failed(task, exc, 0.0, Fetched(0.0, 0, exc))
-        waited = await self._rate_token(task, crawl_delay, admitted, cancelled, share)
+        token = await self._rate_token(task, crawl_delay, admitted, cancelled, share)
+        waited = token.waited
         started = time.monotonic()
         if start_by is not None and started > start_by:
             return Visit(Visited(task), rate_wait=waited, late=True)
         asked = conditional(refresh)
+        allowance = budget(self._rules_of(task.domain), crawl_delay)
         try:
             # With content on, a document's body is read too (the fetcher leaves others' unread).
             reads = self._contents is not None and rules.content is not None
-            response = await self._fetcher.fetch(task.url, rules, html_only=not reads, headers=asked)
+            with paced(lambda: self._limiter.sending(task.domain, allowance, token, share)):
+                response = await self._fetcher.fetch(task.url, rules, html_only=not reads, headers=asked)
         except BackendHalt:
             raise
         except FetchError as exc:
@@ -296,20 +301,22 @@ class Visitor:
         admitted: Admitted | None,
         cancelled: Callable[[], Awaitable[bool]] | None,
         share: tuple[str, Budget] | None = None,
-    ) -> float:
-        """Wait for the domain's rate token (and its address's, with `share`); the seconds waited.
-        Cancelled if its crawl was meanwhile."""
+    ) -> Token:
+        """Wait for the domain's rate token (and its address's, with `share`). Cancelled if its crawl
+        was meanwhile."""
         domain = task.domain
-        waited = await self._limiter.acquire(
+        token = await self._limiter.token(
             domain,
             lambda: budget(self._rules_of(domain), crawl_delay),
             admitted.taken if admitted is not None else None,
             share,
+            admitted.at if admitted is not None else None,
+            self._horizon(domain),
         )
         # The rate wait may have been long: a cancel that answered meanwhile must stop this request.
         if cancelled is not None and await cancelled():
             raise Cancelled(f"{task.url}: its crawl was cancelled")
-        return waited
+        return token
 
     async def _archived(
         self, response: Response, rules: Rules, asked: dict[str, str] | None, refresh: Refresh | None
@@ -413,12 +420,21 @@ class Visitor:
         visited = replace(visited, validators=replace(got.validators, signature=read.signature))
         return Visit(visited, links, None, got.waited, got.fetched, verdict=checked)
 
-    async def hop(self, url: str) -> None:
-        """Clear one request of a followed chain: in scope, and a token from its own domain's bucket."""
+    async def hop(self, url: str) -> OnWire:
+        """Clear one request of a followed chain: in scope, and a token from its own domain's bucket;
+        what the request tells as it goes."""
         canonical = self._scope.canonical(url)
         domain = self._scope.domain(canonical) or host_of(canonical)
         share = await self._share(canonical)
-        await self._limiter.acquire(domain, lambda: budget(self._rules_of(domain), None), ip=share)
+        allowance = budget(self._rules_of(domain), None)
+        token = await self._limiter.token(
+            domain, lambda: budget(self._rules_of(domain), None), ip=share, horizon=self._horizon(domain)
+        )
+        return lambda: self._limiter.sending(domain, allowance, token, share)
+
+    def _horizon(self, domain: str) -> float:
+        """How far ahead a token may be reserved: not at all for a discovered host, as its admission."""
+        return 0.0 if self._scope.config.discovered(domain) else HORIZON
 
     async def _share(self, url: str) -> tuple[str, Budget] | None:
         """The address `url`'s request goes to and the budget it shares there; None without `per_ip:`."""

@@ -20,6 +20,7 @@ from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, FetchError, SitemapError
 from crawler.fetch.ratelimit import budget
 from crawler.fetch.robots import origin_of
+from crawler.fetch.wire import paced
 from crawler.frontier.crawls import CrawlOptions
 from crawler.frontier.message import CrawlMessage, SitemapTask
 from crawler.frontier.retry import Failure, from_error
@@ -132,22 +133,24 @@ class SitemapReading:
         allowed, crawl_delay = await self._allowed(domain, url, task, rules, done)
         if not allowed:
             return
-        waited = await self._visitor.limiter.acquire(
+        token = await self._visitor.limiter.token(
             domain, lambda: budget(self._live.rules(domain), crawl_delay)
         )
-        self._metrics.observe_rate_wait(domain, waited)
+        self._metrics.observe_rate_wait(domain, token.waited)
         stored = await asyncio.to_thread(self._store.validators, url) if not task.whole else None
+        allowance = budget(self._live.rules(domain), crawl_delay)
         with tempfile.SpooledTemporaryFile(max_size=SPOOL) as spool:
-            fetched = await fetch_file(
-                self._visitor.fetcher,
-                self._metrics,
-                domain,
-                url,
-                rules_for_sitemaps(rules),
-                stored,
-                spool,
-                self._visitor.archiving,
-            )
+            with paced(lambda: self._visitor.limiter.sending(domain, allowance, token)):
+                fetched = await fetch_file(
+                    self._visitor.fetcher,
+                    self._metrics,
+                    domain,
+                    url,
+                    rules_for_sitemaps(rules),
+                    stored,
+                    spool,
+                    self._visitor.archiving,
+                )
             if not await self._to_parse(domain, url, message, task, fetched, stored, done):
                 return
             spool.seek(0)
