@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -232,7 +233,9 @@ class RateLimiter:
         self._peek = redis.register_script(_PEEK)
         self._redis = redis
         self._clock = clock
-        self._asked: dict[str, float] = {}  # bucket key -> when this process last asked it
+        # bucket key -> when this process last asked it, oldest first: one a host and one an address
+        # of the open web, so those older than BUCKET_KEPT (which say nothing more) are dropped.
+        self._asked: OrderedDict[str, float] = OrderedDict()
 
     def _args(
         self, key: str, budget: Budget, domain: str | None = None, horizon: float = HORIZON
@@ -241,6 +244,9 @@ class RateLimiter:
         now = self._clock()
         asked = self._asked.get(key)
         self._asked[key] = now
+        self._asked.move_to_end(key)
+        while now - next(iter(self._asked.values())) >= BUCKET_KEPT:
+            self._asked.popitem(last=False)
         # Asked since it would have expired: a missing bucket was lost (a flush, a restart) with
         # reservations outstanding. Wrong only on the safe side (a held admission asks no bucket).
         lost = "1" if asked is not None and now - asked < BUCKET_KEPT else "0"

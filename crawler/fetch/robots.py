@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
@@ -78,7 +79,9 @@ class Robots:
         self._names = names
         self._fetcher = fetcher
         self._agent = user_agent.split("/")[0].strip() or "*"
-        self._local: dict[str, tuple[float, _Policy]] = {}
+        # Oldest first: a crawl of the open web meets ever more origins, and each parsed copy is
+        # over a kilobyte, so copies past LOCAL_TTL are dropped as new ones come (Redis keeps them).
+        self._local: OrderedDict[str, tuple[float, _Policy]] = OrderedDict()
 
     async def check(self, url: str, rules: Rules, hop: Hop) -> Verdict:
         """The verdict for `url`; `hop` clears each request for robots.txt (they are requests too)."""
@@ -140,7 +143,11 @@ class Robots:
                 break
             await asyncio.sleep(0.05)
         policy = _parse(raw)
-        self._local[origin] = (time.monotonic() + LOCAL_TTL, policy)
+        now = time.monotonic()
+        self._local[origin] = (now + LOCAL_TTL, policy)
+        self._local.move_to_end(origin)
+        while next(iter(self._local.values()))[0] <= now:
+            self._local.popitem(last=False)
         return policy
 
     async def _fetch(self, origin: str, rules: Rules, hop: Hop) -> tuple[bytes, int] | _Policy:
