@@ -27,17 +27,24 @@ class LiveConfig:
 
     def fields(self, domain: str) -> Fields:
         """The domain's compiled extraction fields."""
-        fields = self._fields.get(domain)
+        key = self._shared(domain)
+        fields = self._fields.get(key)
         if fields is None:
-            fields = self._fields[domain] = compile_fields(self.rules(domain).extract)
+            fields = self._fields[key] = compile_fields(self.rules(domain).extract)
         return fields
 
     def expectations(self, domain: str) -> Expectations:
         """The domain's compiled expectations (docs/quality.md): every extracted page is checked."""
-        found = self._expectations.get(domain)
+        key = self._shared(domain)
+        found = self._expectations.get(key)
         if found is None:
-            found = self._expectations[domain] = expectations_of(self.rules(domain))
+            found = self._expectations[key] = expectations_of(self.rules(domain))
         return found
+
+    def _shared(self, domain: str) -> str:
+        """What is compiled for `domain` is kept under: its own name if listed; else one shared by
+        every other host (they share their rules), not one per host of the open web."""
+        return domain if domain in self.scope.config.rules else ""
 
     def swap(self, config: CrawlConfig) -> None:
         """Put `config` in force; what is compiled from it is compiled first: a failure changes nothing."""
