@@ -81,17 +81,22 @@ class ServiceHealth:
         """The service failed: the page is retried, unless the failures make an outage (`down`: one
         that cannot be anything else), which pauses its domain instead (BackendDown). Logged once,
         then every REPORT_EVERY s."""
-        if not exc.transient:
-            return exc
         now = time.monotonic()
-        if not self._failing:
-            self._failing_since = now
-        self._failing += 1
-        lasted = now - self._failing_since
-        outage = down or self._failing >= OUTAGE_AFTER
+        if exc.transient:
+            if not self._failing:
+                self._failing_since = now
+            self._failing += 1
+        lasted = now - self._failing_since if self._failing else 0.0
+        outage = exc.transient and (down or self._failing >= OUTAGE_AFTER)
         if now - self._reported >= REPORT_EVERY:
             self._reported = now
-            then = "its domains pause, their pages wait queued" if outage else "its pages are retried"
+            then = (
+                "not retried"
+                if not exc.transient
+                else "its domains pause, their pages wait queued"
+                if outage
+                else "its pages are retried"
+            )
             log.warning("%s (%s; %d failed fetches in %.0fs)", exc, then, self._failing, lasted)
         if not outage:
             return exc
