@@ -1,12 +1,14 @@
 """One consumer serving many domain queues: startup, starvation, throughput (issue #7).
 
-python -m bench.many [--domains 1000] [--pages 5] [--prefetch N] [--work DIR]
+python -m bench.many [--domains 1000] [--pages 5] [--prefetch N] [--file] [--work DIR]
 
 Domains d0001.test, d0002.test, ... are mapped by domains.yaml's `resolve:` onto four loopback IPs
 where one nginx serves the same small site for any Host: N pages per domain, the index linking to every
-other page. `crawler seed` routes each domain's index, then one `crawler-consume --burst` crawls them
-all. Startup is launch to the consumer's "consuming" line; a domain's first page is launch to the
-fetch of its index (fetched_at, the time the fetch began).
+other page. With --file they are listed in a domains file instead (their names answered by a dnsmasq
+of the bench's own): past frontier.max_domain_queues, the host layout serves them. `crawler seed`
+routes each domain's index, then one `crawler-consume --burst` crawls them all. Startup is launch to
+the consumer's "consuming" line; a domain's first page is launch to the fetch of its index
+(fetched_at, the time the fetch began).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 import redis
 import yaml
 
-from bench import nginx, services
+from bench import dnsmasq, nginx, services
 from bench.procs import Child, service_cpu, total_cpu
 from bench.tools import _db_progress, _script, crawler_env
 
@@ -69,8 +71,14 @@ def nginx_config(site: Path, state: Path) -> str:
     return nginx.frame(server, state, connections=8192, open_files=100)
 
 
-def crawler_config(domains: Sequence[str], prefetch: int) -> dict[str, object]:
-    """domains.yaml: every domain resolved onto the bench IPs, rates and robots.txt out of the way."""
+def crawler_config(domains: Sequence[str], prefetch: int, nameserver: str | None = None) -> dict[str, object]:
+    """domains.yaml: every domain resolved onto the bench IPs, rates and robots.txt out of the way;
+    with `nameserver`, the domains listed in domains.txt and resolved by it."""
+    listed: dict[str, object] = {"domains": {d: {} for d in domains}}
+    if nameserver is not None:
+        listed = {"domains_file": "domains.txt", "dns": {"nameservers": [nameserver]}}
+    else:
+        listed["resolve"] = {d: IPS[i % len(IPS)] for i, d in enumerate(domains)}
     return {
         "defaults": {
             "prefetch": prefetch,
@@ -80,9 +88,8 @@ def crawler_config(domains: Sequence[str], prefetch: int) -> dict[str, object]:
             "obey_robots": False,
             "extract": {"title": "h1", "price": ".price"},
         },
-        "resolve": {d: IPS[i % len(IPS)] for i, d in enumerate(domains)},
         "allow_private_networks": True,
-        "domains": {d: {} for d in domains},
+        **listed,
     }
 
 
@@ -172,7 +179,7 @@ def _unix(stored: str) -> float:
     return datetime.fromisoformat(stored).replace(tzinfo=UTC).timestamp()
 
 
-def measure(domains: int, pages: int, prefetch: int, work: Path, timeout: float) -> Run:
+def measure(domains: int, pages: int, prefetch: int, work: Path, timeout: float, file: bool = False) -> Run:
     """Seed `domains` domains of `pages` pages each, crawl them with one burst consumer, measure."""
     run = Run(domains, pages, prefetch)
     names = domain_names(domains)
@@ -181,9 +188,15 @@ def measure(domains: int, pages: int, prefetch: int, work: Path, timeout: float)
     write_site(site, pages)
     db = work / "crawl.db"
     config = work / "domains.yaml"
-    config.write_text(yaml.safe_dump(crawler_config(names, prefetch)))
     log_path = work / "consume.log"
     with ExitStack() as stack:
+        nameserver = None
+        if file:
+            (work / "domains.txt").write_text("".join(f"{d}\n" for d in names))
+            hosts = dnsmasq.write_hosts(work / "hosts", {d: IPS[i % len(IPS)] for i, d in enumerate(names)})
+            served = dnsmasq.serve(work / "dnsmasq", hosts, ttl=3600, log_queries=False)
+            nameserver = stack.enter_context(served).spelled
+        config.write_text(yaml.safe_dump(crawler_config(names, prefetch, nameserver)))
         server = stack.enter_context(
             nginx.run(nginx_config(site, work / "nginx"), [(ip, PORT) for ip in IPS], work / "nginx")
         )
@@ -287,12 +300,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--prefetch", type=int, default=16, help="per-queue prefetch")
     parser.add_argument("--work", type=Path, default=Path("/tmp/crawler-many"), help="site, logs, database")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds before the consumer is killed")
+    parser.add_argument("--file", action="store_true", help="list the domains in a domains file")
     args = parser.parse_args(argv)
     if args.domains < 1 or args.pages < 2:
         parser.error("at least 1 domain and 2 pages per domain")
-    print(f"python -m bench.many --domains {args.domains} --pages {args.pages} --prefetch {args.prefetch}")
+    file = " --file" if args.file else ""
+    print(
+        f"python -m bench.many --domains {args.domains} --pages {args.pages} --prefetch {args.prefetch}{file}"
+    )
     print(datetime.now().strftime("%d %B %Y %H:%M"))
-    print(table(measure(args.domains, args.pages, args.prefetch, args.work, args.timeout)))
+    print(table(measure(args.domains, args.pages, args.prefetch, args.work, args.timeout, args.file)))
 
 
 if __name__ == "__main__":

@@ -107,7 +107,9 @@ def frontier(args: argparse.Namespace) -> int:
     """`crawler frontier migrate`: the queues re-made as the configuration's queue type."""
 
     async def work(settings: Settings, config: CrawlConfig) -> int:
-        moved = await migrate_frontier(settings, config, wiring.check_domains(config, args.domains))
+        moved = await migrate_frontier(
+            settings, config, wiring.check_domains(config, args.domains, queued=True)
+        )
         for queue, count in moved.queues.items():
             print(f"{queue}: re-made as {config.frontier.queue_type}, {count} message(s) moved")
         print(f"{len(moved.unchanged)} queue(s) already {config.frontier.queue_type}")

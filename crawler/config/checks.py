@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import Annotated, Any
 
@@ -115,3 +115,16 @@ def valid_domain(name: str) -> str:
     ):
         raise ValueError(f"{name!r} is not a host name (expected e.g. shop.example)")
     return domain
+
+
+def nested_pair(domains: Iterable[str]) -> tuple[str, str] | None:
+    """A domain of `domains` and another of them it lies inside, if any (by each one's parents, so
+    50,000 domains take a moment, not a pair each)."""
+    every = set(domains)
+    for domain in every:
+        parent = domain
+        while "." in parent:
+            parent = parent.partition(".")[2]
+            if parent in every:
+                return domain, parent
+    return None

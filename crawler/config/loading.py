@@ -4,14 +4,16 @@ program runs: the file's, with the environment's overrides."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from crawler.config.checks import nested_pair
 from crawler.config.model import CrawlConfig, DedupConfig
 from crawler.errors import ConfigError
+from crawler.hosts.listing import read_domains_file
 from crawler.openweb import describe
 from crawler.quality.expect import unknown_key
 
@@ -50,8 +52,9 @@ def _line_of(node: yaml.Node | None, loc: tuple[int | str, ...]) -> str:
     return line
 
 
-def parse_config(text: str, source: str = "<config>") -> CrawlConfig:
-    """Validate YAML text as a crawl config; raise ConfigError naming the key path and the rule."""
+def parse_config(text: str, source: str = "<config>", base: Path | None = None) -> CrawlConfig:
+    """Validate YAML text as a crawl config, its domains file read from `base` (default: the current
+    folder); raise ConfigError naming the key path and the rule."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -61,9 +64,43 @@ def parse_config(text: str, source: str = "<config>") -> CrawlConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
     try:
-        return CrawlConfig.model_validate(raw)
+        config = CrawlConfig.model_validate(raw)
+        return _with_domains_file(config, raw, base or Path())
     except ValidationError as exc:
         raise ConfigError(_format_errors(source, text, exc)) from None
+
+
+def _with_domains_file(config: CrawlConfig, raw: dict[str, Any], base: Path) -> CrawlConfig:
+    """`config` with its domains file's domains listed: each with a queue of its own while every
+    listed domain fits under frontier.max_domain_queues, else all served by the host layout."""
+    spec = config.domains_file
+    if spec is None:
+        return config
+    path = base / spec.path
+    listed = read_domains_file(path)
+    twice = next((d for d in listed if d in config.domains), None)
+    if twice is not None:
+        raise ConfigError(f"{path}:{listed[twice]}: {twice!r} is listed under `domains:` too; list it once")
+    pair = nested_pair([*config.domains, *listed])
+    if pair is not None:
+        inner, outer = pair
+        line = listed[inner] if inner in listed else listed[outer]
+        raise ConfigError(
+            f"{path}:{line}: {inner!r} lies inside {outer!r}; a host must belong to one domain, so "
+            "list only one of them"
+        )
+    if len(config.domains) + len(listed) > config.frontier.max_domain_queues:
+        if config.file_rules.recrawls:
+            raise ConfigError(
+                f"{path}: {len(listed)} domains, past frontier.max_domain_queues "
+                f"({config.frontier.max_domain_queues}), share the host layout's queues, which the "
+                "recrawl scheduler does not refresh: set `recrawl: null` in domains_file.template, "
+                "or raise max_domain_queues to queue each"
+            )
+        return config.with_layout(frozenset(listed))
+    # The template's one instance for every domain, kept as it is: their rules are merged once.
+    domains = {**(raw.get("domains") or {}), **dict.fromkeys(listed, spec.template)}
+    return CrawlConfig.model_validate({**raw, "domains": domains})
 
 
 def yaml_error(exc: yaml.YAMLError) -> str:
@@ -96,7 +133,7 @@ def load_config(path: str | Path) -> CrawlConfig:
         raise ConfigError(
             f"{path}: cannot read the config ({exc.strerror}); pass --config or set CRAWLER_CONFIG"
         ) from None
-    return parse_config(text, str(path))
+    return parse_config(text, str(path), Path(path).parent)
 
 
 class Sources(Protocol):

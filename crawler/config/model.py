@@ -10,9 +10,9 @@ from functools import cached_property
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
 
-from crawler.config.checks import Strict, valid_domain
+from crawler.config.checks import Strict, nested_pair, valid_domain
 from crawler.config.rules import CONTENT_SECONDS, DomainRules, Rules
 from crawler.openweb import Discover, DnsConfig, PerIp
 
@@ -38,6 +38,23 @@ class FrontierConfig(Strict):
     # A quorum queue dead-letters a message returned this many times (a worker dying on it, say)
     # instead of delivering it for ever; shutdowns and reconnects return messages too, so keep room.
     delivery_limit: int = Field(20, ge=2, le=1_000)
+    # The line past which a domains file's domains share the host layout's shard queues instead of a
+    # queue each: the broker declares about 300 queues a second and keeps a channel per queue per
+    # consumer (docs/open-web.md measures it).
+    max_domain_queues: int = Field(1_000, ge=1, le=100_000)
+
+
+class DomainsFile(Strict):
+    """`domains_file:`: domains one a line (crawler/hosts/listing.py), for lists too long for
+    domains.yaml, all with the rules of `template` over the defaults."""
+
+    path: str = Field(min_length=1)  # relative to domains.yaml's folder
+    template: DomainRules = Field(default_factory=DomainRules)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _path_alone(cls, value: Any) -> Any:
+        return {"path": value} if isinstance(value, str) else value
 
 
 # A page's versions (crawler/sink/versions.py): `reparse` is one `crawler reparse` made.
@@ -123,12 +140,16 @@ class CrawlConfig(Strict):
     archive_max_bytes: int = Field(1_000_000_000, ge=1_000, le=100_000_000_000)
     archive_prefix: str = Field("crawler", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.]{0,39}$")
     domains: dict[str, DomainRules] = Field(default_factory=dict)
+    # More listed domains, read by crawler/config/loading.py: below frontier.max_domain_queues they
+    # join `domains`, above it they are served by the host layout (`layout_domains`).
+    domains_file: DomainsFile | None = None
     # Receivers of the change feed as signed HTTP POSTs (docs/outputs.md).
     webhooks: tuple[Webhook, ...] = ()
     # Hosts found by links beyond the listed domains (docs/open-web.md).
     discover: Discover = Field(default_factory=Discover)
     dns: DnsConfig = Field(default_factory=DnsConfig)
     per_ip: PerIp | None = None
+    _layout: frozenset[str] = PrivateAttr(default_factory=frozenset)
 
     @field_validator("resolve")
     @classmethod
@@ -183,13 +204,12 @@ class CrawlConfig(Strict):
     @model_validator(mode="after")
     def _no_nested_domains(self) -> CrawlConfig:
         # A host routes to exactly one queue; nested domains would bind it to two.
-        for domain in self.domains:
-            for other in self.domains:
-                if other != domain and other.endswith("." + domain):
-                    raise ValueError(
-                        f"domains: {other!r} lies inside {domain!r}; a host must belong to one "
-                        "domain, so list only one of them"
-                    )
+        pair = nested_pair(self.domains)
+        if pair is not None:
+            raise ValueError(
+                f"domains: {pair[0]!r} lies inside {pair[1]!r}; a host must belong to one "
+                "domain, so list only one of them"
+            )
         return self
 
     @model_validator(mode="after")
@@ -226,6 +246,7 @@ class CrawlConfig(Strict):
         for where, rules in [
             ("defaults", self.defaults),
             *((f"domains.{d}", r) for d, r in self.rules.items()),
+            *((("domains_file.template", self.file_rules),) if self.domains_file is not None else ()),
         ]:
             if rules.visit_seconds >= room:
                 content = f" and its content's {CONTENT_SECONDS:g}s" if rules.content is not None else ""
@@ -249,7 +270,15 @@ class CrawlConfig(Strict):
     @cached_property
     def rules(self) -> dict[str, Rules]:
         """Each domain's effective rules: its own settings over the defaults."""
-        return {domain: self._merged(overrides) for domain, overrides in self.domains.items()}
+        # A domains file's domains share one template: merged once, not once each.
+        merged: dict[int, Rules] = {}
+        out = {}
+        for domain, overrides in self.domains.items():
+            found = merged.get(id(overrides))
+            if found is None:
+                found = merged[id(overrides)] = self._merged(overrides)
+            out[domain] = found
+        return out
 
     def _merged(self, overrides: DomainRules) -> Rules:
         merged = {**self.defaults.model_dump(), **overrides.model_dump(exclude_none=True)}
@@ -269,11 +298,32 @@ class CrawlConfig(Strict):
         merged["expect"] = overrides.expect if overrides.expect is not None else self.defaults.expect
         return Rules.model_validate(merged)
 
+    def with_layout(self, domains: frozenset[str]) -> CrawlConfig:
+        """This configuration with `domains` listed too, served by the host layout."""
+        config = self.model_copy()
+        config._layout = domains
+        return config
+
+    @property
+    def layout_domains(self) -> frozenset[str]:
+        """Listed domains (a domains file's, past the line) served by the host layout's shards."""
+        return self._layout
+
+    def in_layout(self, domain: str) -> bool:
+        """Whether `domain`'s URLs go to the host layout's shards: a discovered host, or a listed
+        domain past the line."""
+        return domain in self._layout or self.discovered(domain)
+
+    @property
+    def host_layout(self) -> bool:
+        """Whether the host layout's shard queues are in use."""
+        return self.discover.follow == "all" or bool(self._layout)
+
     def domain_of(self, host: str) -> str | None:
         """The configured domain that owns `host` (itself or a parent), or None."""
         host = host.lower().rstrip(".")
         while True:
-            if host in self.domains:
+            if host in self.domains or host in self._layout:
                 return host
             _, dot, host = host.partition(".")
             if not dot:
@@ -287,7 +337,15 @@ class CrawlConfig(Strict):
         found = self.rules.get(domain)
         if found is not None:
             return found
+        if domain in self._layout:
+            return self.file_rules
         return self.host_rules if self.discover.follow == "all" else self.defaults
+
+    @cached_property
+    def file_rules(self) -> Rules:
+        """What a domains file's domain gets: the defaults with the file's `template` over them."""
+        template = self.domains_file.template if self.domains_file is not None else DomainRules()
+        return self._merged(template)
 
     @cached_property
     def host_rules(self) -> Rules:

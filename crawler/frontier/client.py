@@ -307,7 +307,7 @@ async def _find_sitemaps(
     round_ = new_round()
     if state is not None and crawl is not None:
         await state.open(crawl, len(origins))
-    outcomes = await Publisher(exchange).publish([find_task(o, round_, crawl) for o in origins])
+    outcomes = await Publisher(exchange).publish([find_task(config, o, round_, crawl) for o in origins])
     failed = [o for o, outcome in zip(origins, outcomes, strict=True) if outcome is not None]
     if failed and state is not None and crawl is not None:
         await state.open(crawl, -len(failed))

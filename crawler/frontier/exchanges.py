@@ -156,8 +156,9 @@ def host_wait_queue(names: Names, seconds: float, frontier: FrontierConfig = CLA
 
 
 def host_queues(config: CrawlConfig, names: Names) -> tuple[Queue, ...]:
-    """The host layout's queues (its shards, then its waits); none unless `discover: follow: all`."""
-    if config.discover.follow != "all":
+    """The host layout's queues (its shards, then its waits); none unless discovery follows links
+    or listed domains past the line use them."""
+    if not config.host_layout:
         return ()
     return (
         *(shard_queue(names, n, config.frontier) for n in range(config.discover.shards)),

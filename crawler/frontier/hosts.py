@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 
 from crawler.config import CrawlConfig
 from crawler.errors import BadHost
+from crawler.frontier.exchanges import routing_key
 from crawler.frontier.publisher import MAX_ROUTING_KEY
 from crawler.hosts.caps import HostCaps
 from crawler.hosts.checks import check_host
@@ -38,6 +39,15 @@ def shard_of(host: str, shards: int) -> int:
 def host_key(host: str, shards: int) -> str:
     """The frontier routing key of a URL on discovered `host`."""
     return f"{host}.{HOST_SHARD_WORD}{shard_of(host, shards)}"
+
+
+def frontier_key(config: CrawlConfig, host: str, priority: int) -> str:
+    """The frontier routing key of a URL on `host`: its shard's if the host layout serves its domain
+    (a discovered host, or a listed domain past the line), else its domain queue's at `priority`."""
+    domain = config.domain_of(host) or host
+    if config.in_layout(domain):
+        return host_key(domain, config.discover.shards)
+    return routing_key(host, priority)
 
 
 def host_priority(depth: int) -> int:

@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
-from crawler.config import Recrawl, Rules
-from crawler.frontier.exchanges import routing_key
+from crawler.config import CrawlConfig, Recrawl
+from crawler.frontier.hosts import frontier_key
 from crawler.frontier.message import CrawlMessage, Refresh
 from crawler.frontier.publisher import Outgoing
 from crawler.frontier.router import priority_for
@@ -105,7 +105,8 @@ def refresh_message(due: Due) -> CrawlMessage:
     return CrawlMessage(due.url, due.depth, crawl=due.crawl, refresh=refresh)
 
 
-def refresh_outgoing(due: Due, rules: Rules) -> Outgoing:
+def refresh_outgoing(due: Due, config: CrawlConfig) -> Outgoing:
     """A claimed page's refresh, ready to publish at the priority its domain's rules give it."""
-    priority = priority_for(due.url, due.depth, rules)
-    return Outgoing(routing_key(host_of(due.url), priority), refresh_message(due).encode(), priority)
+    priority = priority_for(due.url, due.depth, config.rules_for(due.domain))
+    key = frontier_key(config, host_of(due.url), priority)
+    return Outgoing(key, refresh_message(due).encode(), priority)

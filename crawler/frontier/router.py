@@ -286,12 +286,10 @@ class Router:
     def _message(
         self, c: _Candidate, depth: int, priority: int | None, via: tuple[str, ...], crawl: str | None
     ) -> Outgoing:
-        if c.discovered:
+        body = CrawlMessage(c.url, depth, via, crawl).encode()
+        if c.domain and self.config.in_layout(c.domain):
             level = host_priority(depth) if priority is None else priority
-            key = host_key(c.host, self.config.discover.shards)
-            return Outgoing(key, CrawlMessage(c.url, depth, via, crawl).encode(), level)
+            return Outgoing(host_key(c.domain, self.config.discover.shards), body, level)
         if priority is None:
             priority = priority_for(c.url, depth, self.config.rules_for(c.domain))
-        return Outgoing(
-            routing_key(c.host, priority), CrawlMessage(c.url, depth, via, crawl).encode(), priority
-        )
+        return Outgoing(routing_key(c.host, priority), body, priority)

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from aio_pika.abc import AbstractExchange
 from redis.asyncio import Redis
 
+from crawler.config import CrawlConfig
 from crawler.dedup.store import CLAIM_LUA, release_claims
 from crawler.errors import BadURL
-from crawler.frontier.exchanges import routing_key
+from crawler.frontier.hosts import frontier_key
 from crawler.frontier.message import CrawlMessage, SitemapTask
 from crawler.frontier.publisher import Outgoing, Publisher
 from crawler.frontier.router import PublishFailed
@@ -42,12 +43,14 @@ def listed_by(host: str, sitemap_host: str) -> bool:
     return host == sitemap_host or host.endswith("." + sitemap_host)
 
 
-def find_task(origin: str, round_: str, crawl: str | None, counted: bool = True) -> Outgoing:
+def find_task(
+    config: CrawlConfig, origin: str, round_: str, crawl: str | None, counted: bool = True
+) -> Outgoing:
     """The task that has the sitemaps of `origin` (scheme://host[:port]) found, in round `round_`."""
     url = robots_url(origin)
     task = SitemapTask(round_, 0, find=True, counted=counted)
     return Outgoing(
-        routing_key(host_of(url), MAX_PRIORITY),
+        frontier_key(config, host_of(url), MAX_PRIORITY),
         CrawlMessage(url, crawl=crawl, sitemap=task).encode(),
         MAX_PRIORITY,
     )
@@ -129,7 +132,7 @@ class SitemapTasks:
         tasked.dropped["seen"] += len(chosen) - len(todo)
         outgoing = [
             Outgoing(
-                routing_key(host_of(url), MAX_PRIORITY),
+                frontier_key(self._scope.config, host_of(url), MAX_PRIORITY),
                 CrawlMessage(url, crawl=crawl, sitemap=task).encode(),
                 MAX_PRIORITY,
             )

@@ -8,14 +8,14 @@ from crawler.errors import BadHost, ConfigError
 from crawler.hosts.checks import check_domain
 
 
-def read_domains_file(path: str | Path) -> tuple[str, ...]:
-    """The domains a file lists, canonical, in order, once each; `#` starts a comment and blank lines
-    are skipped. ConfigError naming the file and line of the first bad line."""
+def read_domains_file(path: str | Path) -> dict[str, int]:
+    """The domains a file lists, canonical, in order, once each, with the line of each; `#` starts a
+    comment and blank lines are skipped. ConfigError naming the file and line of the first bad line."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the domains file ({exc.strerror})") from None
-    seen: dict[str, None] = {}
+    seen: dict[str, int] = {}
     for number, raw in enumerate(data.splitlines(), start=1):
         try:
             line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
@@ -29,7 +29,7 @@ def read_domains_file(path: str | Path) -> tuple[str, ...]:
         if "/" in text:
             raise ConfigError(f"{path}:{number}: {text!r}: a domain, not a URL (e.g. shop.example)")
         try:
-            seen[check_domain(text)] = None
+            seen.setdefault(check_domain(text), number)
         except BadHost as exc:
             raise ConfigError(f"{path}:{number}: {exc}") from None
-    return tuple(seen)
+    return seen

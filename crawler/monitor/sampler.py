@@ -108,7 +108,7 @@ class QueueSampler:
                 shards += ready
         # Set once per whole sample, so a scaler never reads a half-summed frontier.
         self.metrics.observe_frontier(frontier)
-        if config.discover.follow == "all":
+        if config.host_layout:
             self.metrics.observe_host_shards(shards)
             if self.redis is not None:
                 self.metrics.observe_hosts(await host_counts(self.redis, self.names))

@@ -125,6 +125,7 @@ class DiscoveredStatus:
     waits: QueueDepth  # the host wait queues summed
     top: list[TopHost]
     crawls: int  # crawls whose hosts are counted
+    listed: int  # a domains file's domains the host layout serves (past frontier.max_domain_queues)
 
 
 def _summed(name: str, found: Sequence[QueueDepth]) -> QueueDepth:
@@ -144,7 +145,7 @@ def discovered_status(
     shards = [depths.get(names.host_shard(s)) for s in range(config.discover.shards)]
     waits = [depths.get(names.host_wait(w)) for w in HOST_WAITS]
     return DiscoveredStatus(
-        config.discover.follow == "all",
+        config.host_layout,
         counts.known,
         counts.active,
         counts.waiting,
@@ -153,6 +154,7 @@ def discovered_status(
         _summed(f"{len(waits)} waits", [q for q in waits if q is not None]),
         counts.top,
         counts.crawls,
+        len(config.layout_domains),
     )
 
 
@@ -397,7 +399,7 @@ def _queue_rows(data: dict[str, Any]) -> list[list[str]]:
 
 def _shows_hosts(hosts: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
     """Whether the status shows discovered hosts: discovery is on, or some crawl admitted hosts."""
-    return bool(hosts and (hosts["follow"] or hosts["known"]))
+    return bool(hosts and (hosts["follow"] or hosts["known"] or hosts.get("listed")))
 
 
 def _hosts_line(data: dict[str, Any]) -> list[str]:
@@ -406,7 +408,8 @@ def _hosts_line(data: dict[str, Any]) -> list[str]:
     if not _shows_hosts(hosts):
         return []
     counts = ", ".join(f"{hosts[k]} {k}" for k in ("known", "active", "waiting", "parked"))
-    return [f"discovered hosts: {counts} (over {hosts['crawls']} crawl(s))"]
+    listed = f"; the host layout serves {hosts['listed']} listed domains too" if hosts.get("listed") else ""
+    return [f"discovered hosts: {counts} (over {hosts['crawls']} crawl(s)){listed}"]
 
 
 def _top_rows(data: dict[str, Any]) -> list[list[str]]:

@@ -35,6 +35,8 @@ HOST_SHARD_WORD = "~s"
 # The one `domain` label value of every discovered host in metrics and views: a label value per host
 # would be a series per host. No host name has a `~`.
 DISCOVERED_LABEL = "~discovered"
+# The one `domain` label value of every domain of a domains file served by the host layout.
+LISTED_LABEL = "~listed"
 
 
 def host_wait_label(seconds: float) -> str:

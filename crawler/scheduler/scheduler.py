@@ -130,7 +130,7 @@ class Scheduler:
                 continue
             round_ = new_round()
             # Not counted in the crawl: like a refresh, a round only adds the URLs it routes there.
-            tasks = [find_task(origin, round_, crawl, counted=False) for origin, crawl in origins]
+            tasks = [find_task(config, origin, round_, crawl, counted=False) for origin, crawl in origins]
             outcomes = await self._publisher.publish(tasks)
             failed = sum(1 for o in outcomes if o is not None)
             if failed:
@@ -195,8 +195,8 @@ class Scheduler:
 
     async def _publish(self, domain: str, due: Sequence[Due]) -> int:
         """Publish claimed pages; those not confirmed stay leased, and are published again after it."""
-        rules = self._config().rules_for(domain)
-        outgoing = [refresh_outgoing(d, rules) for d in due]
+        config = self._config()
+        outgoing = [refresh_outgoing(d, config) for d in due]
         outcomes = await self._publisher.publish(outgoing)
         failed = sum(1 for o in outcomes if o is not None)
         if failed:

@@ -36,7 +36,7 @@ class DomainView:
 def configured(config: CrawlConfig, domain: str) -> list[str]:
     """`domain` as configured (a one-item list); NotFound saying which domains there are."""
     try:
-        return wiring.check_domains(config, [domain])
+        return wiring.check_domains(config, [domain], queued=True)
     except ConfigError as exc:
         raise NotFound(str(exc)) from None
 

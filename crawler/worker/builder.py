@@ -103,7 +103,7 @@ def parts(
         visit.limiter,
         visit.robots,
         live.rules,
-        lambda d: live.config.discovered(d),
+        lambda d: live.config.in_layout(d),
         addresses,
     )
     return Parts(

@@ -121,7 +121,9 @@ class Consumer:
         self.grace = grace
         self.metrics = metrics or Metrics()
         # A series per discovered host would be a series per host of the web: they share one label.
-        self.metrics.fold_domains(lambda domain: self.config.discovered(domain))
+        self.metrics.fold_domains(
+            lambda domain: self.config.discovered(domain), lambda domain: domain in self.config.layout_domains
+        )
         self.tuning = tuning
         self._more = more  # burst mode: work still to come from outside the queues (a recrawl)
         self.subscriptions = frontier.subscriptions(
@@ -258,7 +260,7 @@ class Consumer:
             await self._pipeline.handle(domain, message)
         except BackendHalt as exc:
             # Discovered hosts share their shards' subscription: they are held together.
-            held = DISCOVERED_LABEL if self.config.discovered(domain) else domain
+            held = DISCOVERED_LABEL if self.config.in_layout(domain) else domain
             await self.holds.halt(held, message, exc)
         except asyncio.CancelledError:
             # aio-pika cancels the work on a channel's deliveries when the channel closes.
@@ -282,10 +284,10 @@ class Consumer:
         return max(1, min(self.prefetch or rules.prefetch, share, in_time))
 
     async def _add_hosts(self) -> None:
-        """Consume the host layout's shards, if discovery follows links and this consumer takes every
-        domain; each shard's prefetch is the host template's (or --prefetch)."""
+        """Consume the host layout's shards, if they are in use and this consumer takes every domain;
+        each shard's prefetch is the host template's (or --prefetch)."""
         config = self.config
-        if config.discover.follow != "all" or not self._every_domain or self._stop.is_set():
+        if not config.host_layout or not self._every_domain or self._stop.is_set():
             return
         if DISCOVERED_LABEL in self.holds.halted:
             return  # the fetch service refused them: taken up when their pause ends

@@ -7,6 +7,8 @@ from crawler.frontier.scope import Scope
 from crawler.parse.extract import Fields, compile_fields
 from crawler.quality.checks import Expectations
 
+_FILE = "~file"  # never a domain: a name has no "~"
+
 
 class LiveConfig:
     """What every part of a consumer reads the configuration through, so a reload reaches them all."""
@@ -42,9 +44,12 @@ class LiveConfig:
         return found
 
     def _shared(self, domain: str) -> str:
-        """What is compiled for `domain` is kept under: its own name if listed; else one shared by
-        every other host (they share their rules), not one per host of the open web."""
-        return domain if domain in self.scope.config.rules else ""
+        """What is compiled for `domain` is kept under: its own name if it has a queue; else one
+        shared by the domains file's (their template) or by every other host (the host template)."""
+        config = self.scope.config
+        if domain in config.rules:
+            return domain
+        return _FILE if domain in config.layout_domains else ""
 
     def swap(self, config: CrawlConfig) -> None:
         """Put `config` in force; what is compiled from it is compiled first: a failure changes nothing."""

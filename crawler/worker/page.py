@@ -434,7 +434,7 @@ class Visitor:
 
     def _horizon(self, domain: str) -> float:
         """How far ahead a token may be reserved: not at all for a discovered host, as its admission."""
-        return 0.0 if self._scope.config.discovered(domain) else HORIZON
+        return 0.0 if self._scope.config.in_layout(domain) else HORIZON
 
     async def _share(self, url: str) -> tuple[str, Budget] | None:
         """The address `url`'s request goes to and the budget it shares there; None without `per_ip:`."""

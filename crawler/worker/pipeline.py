@@ -120,7 +120,7 @@ class Pipeline:
         if verdict.skip is not None:
             return await self._skipped(delivery, *verdict.skip)
         admitted = verdict.checked.admitted if verdict.checked is not None else None
-        if admitted is not None and not admitted.taken[0] and self._live.config.discovered(domain):
+        if admitted is not None and not admitted.taken[0] and self._live.config.in_layout(domain):
             # No token for its host yet: waiting for it here would hold up the other hosts of its shard.
             return await self._ends.waited(message, domain, crawl, wait_for(admitted.taken[1]))
         visit = await self._visit(delivery, rules, verdict.checked, received)

@@ -47,10 +47,11 @@ class Consumed:
     ending: Ending
 
 
-def check_domains(config: CrawlConfig, domains: Sequence[str] | None) -> list[str]:
-    """The chosen domains (all configured ones if none); ConfigError for an unknown one."""
+def check_domains(config: CrawlConfig, domains: Sequence[str] | None, *, queued: bool = False) -> list[str]:
+    """The chosen domains (all with a queue of their own if none); ConfigError for an unknown one,
+    or with `queued` for one the host layout serves (it has no queue to consume, pause or move)."""
     if not domains:
-        if not config.domains:
+        if not config.domains and not config.host_layout:
             raise ConfigError("domains.yaml lists no domains: add one under `domains:`")
         return sorted(config.domains)
     chosen = [d.strip().lower() for d in domains if d.strip()]
@@ -58,7 +59,14 @@ def check_domains(config: CrawlConfig, domains: Sequence[str] | None) -> list[st
         raise ConfigError(
             f"no domain named in {list(domains)!r} (configured: {', '.join(sorted(config.domains))})"
         )
-    unknown = [d for d in chosen if d not in config.domains]
+    shared = [d for d in chosen if d in config.layout_domains]
+    if shared and queued:
+        raise ConfigError(
+            f"{', '.join(shared)}: listed in the domains file past frontier.max_domain_queues, so "
+            "served by the host layout's shared queues, not one of their own (a worker on every "
+            "domain consumes them): leave them out, or raise max_domain_queues to queue each"
+        )
+    unknown = [d for d in chosen if d not in config.domains and d not in config.layout_domains]
     if unknown:
         raise ConfigError(
             f"not configured in domains.yaml: {', '.join(unknown)} "
@@ -124,7 +132,7 @@ async def consume(
     and `crawl` (the one this process began) is marked finished once drained, interrupted if not.
     Every part uses `database`, the process's (None: one of its own, closed at the end).
     """
-    chosen = check_domains(config, domains)
+    chosen = check_domains(config, domains, queued=True)
     canonical_seeds = check_seeds(config, seeds)
     builder = WorkerBuilder(
         settings,

@@ -15,7 +15,7 @@ def test_domains_are_read_in_order_once_each_without_comments(tmp_path: Path) ->
     path.write_text(
         "\ufeff# shops\nshop.test\n\n  Bücher.test  # books\nshop.test\nnews.test.\n", encoding="utf-8"
     )
-    assert read_domains_file(path) == ("shop.test", "xn--bcher-kva.test", "news.test")
+    assert read_domains_file(path) == {"shop.test": 2, "xn--bcher-kva.test": 4, "news.test": 6}
 
 
 @pytest.mark.parametrize(

@@ -108,6 +108,7 @@ class DiscoveredOut(BaseModel):
     waits: QueuesOut
     top: list[TopHostOut]
     crawls: int
+    listed: int = 0  # a domains file's domains the host layout serves
 
 
 class DomainList(BaseModel):

@@ -12,7 +12,7 @@ from typing import Literal, Self, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from crawler.names import DISCOVERED_LABEL
+from crawler.names import DISCOVERED_LABEL, LISTED_LABEL
 
 Kind = Literal["counter", "gauge", "histogram"]
 _M = TypeVar("_M", Counter, Gauge, Histogram)
@@ -242,14 +242,20 @@ WORKER_METRICS: tuple[Declared, ...] = (
 
 
 class DomainLabels:
-    """How a `domain` label value is written: a discovered host's as DISCOVERED_LABEL, so there is
-    never a series per host; `discovered` says which are (none until a consumer says)."""
+    """How a `domain` label value is written: a discovered host's as DISCOVERED_LABEL and a domain
+    the host layout serves as LISTED_LABEL, so there is never a series per host of the open web or
+    per line of a domains file; `discovered` and `listed` say which (none until a consumer says)."""
 
     def __init__(self) -> None:
         self.discovered: Callable[[str], bool] = lambda domain: False
+        self.listed: Callable[[str], bool] = lambda domain: False
 
     def __call__(self, domain: object) -> object:
-        return DISCOVERED_LABEL if isinstance(domain, str) and domain and self.discovered(domain) else domain
+        if not isinstance(domain, str) or not domain:
+            return domain
+        if self.discovered(domain):
+            return DISCOVERED_LABEL
+        return LISTED_LABEL if self.listed(domain) else domain
 
 
 class _Folding:

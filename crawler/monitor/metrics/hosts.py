@@ -19,9 +19,11 @@ class HostMetrics:
         self.discovered_hosts = declared.gauge("crawler_discovered_hosts")
         self.host_shards_ready = declared.gauge("crawler_host_shards_messages_ready")
 
-    def fold_domains(self, discovered: Callable[[str], bool]) -> None:
-        """Label every domain for which `discovered` is true as DISCOVERED_LABEL from now on."""
+    def fold_domains(self, discovered: Callable[[str], bool], listed: Callable[[str], bool]) -> None:
+        """Label every domain `discovered` says is a discovered host as DISCOVERED_LABEL, and every
+        one `listed` says the host layout serves as LISTED_LABEL, from now on."""
         self._domains.discovered = discovered
+        self._domains.listed = listed
 
     def observe_hosts(self, counts: HostCounts) -> None:
         """The fleet's discovered hosts as last read (crawler/hosts/views.py)."""

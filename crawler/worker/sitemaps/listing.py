@@ -92,7 +92,7 @@ class Listing:
         if not due:
             return 0
         config = self._live.config
-        outgoing = [refresh_outgoing(d, config.rules_for(d.domain)) for d in due]
+        outgoing = [refresh_outgoing(d, config) for d in due]
         outcomes = await self._refreshes.publish(outgoing)
         failed = sum(1 for o in outcomes if o is not None)
         if failed:
