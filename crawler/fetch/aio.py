@@ -26,9 +26,7 @@ from crawler.fetch.wire import going
 MAX_HEADER_BYTES = 65_536
 
 
-async def _headers_sent(
-    session: aiohttp.ClientSession, context: object, params: aiohttp.TraceRequestHeadersSentParams
-) -> None:
+async def _connected(session: aiohttp.ClientSession, context: object, params: object) -> None:
     await going()
 
 
@@ -51,9 +49,11 @@ class AiohttpFetcher(BoundedFetcher):
             resolver=GuardedResolver(self._guard),
             use_dns_cache=False,  # every connection's address goes through the guard afresh
         )
-        # Tells a request's pacing when it went: after connecting and resolving, not before.
+        # Tells a request's pacing when it goes, and waits on it: once it has its connection (made,
+        # or kept alive), the last awaited step before its headers are written.
         on_wire = aiohttp.TraceConfig()
-        on_wire.on_request_headers_sent.append(_headers_sent)
+        on_wire.on_connection_create_end.append(_connected)
+        on_wire.on_connection_reuseconn.append(_connected)
         self._session = aiohttp.ClientSession(
             connector=connector,
             trace_configs=[on_wire],

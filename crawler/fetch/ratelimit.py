@@ -141,18 +141,35 @@ return {tostring(b.factor), tostring(b.hit), tostring(b.paused)}
 """
 )
 
-# Each key is a bucket, its nine ARGV in key order; the last ARGV the seconds the request went after
-# its token was due. Each bucket counts it then: its tokens are what they would have been.
+# Each key is a bucket, its nine ARGV in key order; then the seconds the request is going after its
+# token was due, and the seconds of that a server cannot tell. If no bucket granted a token since that
+# is due before the request goes, each counts it now: its tokens are what they would have been, and the
+# request goes at once (0). Else its own token is left unused and it takes a fresh one of each bucket,
+# due after those: it goes in the seconds returned. Decided in one step, so no grant falls in between.
 _LATE = (
     _BUCKET
     + """
-local late = tonumber(ARGV[#ARGV])
+local late, unseen = tonumber(ARGV[#ARGV - 1]), tonumber(ARGV[#ARGV])
+local buckets, after = {}, false
 for k = 1, #KEYS do
   local b = bucket(KEYS[k], (k - 1) * 9)
-  b.tokens = b.tokens - late * b.rate
-  save(b, late)
+  buckets[k] = b
+  if b.tokens - late * b.rate < -unseen * b.rate then after = true end
 end
-return 1
+local wait = 0
+if after then
+  local dues = {}
+  for k, b in ipairs(buckets) do
+    dues[k] = math.max(take(b), b.paused - b.now)
+    wait = math.max(wait, dues[k])
+  end
+  -- as TAKE_PAIR: a bucket whose token was due first counts the request when it goes
+  for k, b in ipairs(buckets) do b.tokens = b.tokens - (wait - dues[k]) * b.rate end
+else
+  for _, b in ipairs(buckets) do b.tokens = b.tokens - late * b.rate end
+end
+for _, b in ipairs(buckets) do save(b, wait + late) end
+return tostring(wait)
 """
 )
 
@@ -173,6 +190,7 @@ Taken = tuple[int, float]
 # this, a server cannot tell (and the bench's politeness check allows it); above, the next request
 # would come that much closer than its rate allows.
 LATE_MIN = 0.02
+LATE_TRIES = 3  # a request late again after being told late is told again, this many times in all
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,21 +344,29 @@ class RateLimiter:
     async def sending(
         self, domain: str, budget: Budget, token: Token, ip: tuple[str, Budget] | None = None
     ) -> None:
-        """Say a request is about to go with `token`: late by more than LATE_MIN (its admission long
-        before, a busy event loop), its buckets count it now, keeping the next one its distance."""
-        late = self._clock() - token.due
-        if late >= LATE_MIN:
-            await self.went_late(domain, budget, late, ip)
+        """Return when a request with `token` may go: at once if on time; late by more than LATE_MIN
+        (its admission long before, a busy event loop), once its buckets count it (`went_late`)."""
+        due = token.due
+        for _ in range(LATE_TRIES):
+            asked = self._clock()
+            late = asked - due
+            if late < LATE_MIN:
+                return
+            wait = await self.went_late(domain, budget, late, ip)
+            if wait:
+                await asyncio.sleep(wait)
+            due = asked + wait  # reckoned from the ask, so never thought less late than it is
 
     async def went_late(
         self, domain: str, budget: Budget, late: float, ip: tuple[str, Budget] | None = None
-    ) -> None:
-        """A request reached the wire `late` seconds after its token was due (a new connection, a busy
-        event loop): its buckets count it then, so the next request keeps its distance at the server."""
+    ) -> float:
+        """A request is going `late` seconds after its token was due (a new connection, a busy event
+        loop): the seconds it must wait first (0: none, its buckets count it now), so the requests
+        granted meanwhile keep their distance from it at the server, and the next ones too."""
         keys, args = (
             self.take_args(domain, budget) if ip is None else self.take_pair_args(domain, budget, *ip)
         )
-        await self._late(keys=keys, args=[*args, late])
+        return float(await self._late(keys=keys, args=[*args, late, LATE_MIN]))
 
     async def slow_down(self, domain: str, budget: Budget, pause: float = 0.0) -> Kept:
         """The domain pushed back (429, 503): halve its rate fleet-wide, and pause it if asked; its

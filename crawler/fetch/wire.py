@@ -1,5 +1,6 @@
 """The moment a request goes on the wire, told by the transport to whoever paced it: a token is due
-before the fetch starts, but connecting, resolving or a busy event loop may send it later."""
+before the fetch starts, but connecting, resolving or a busy event loop may send it later, and then
+its pacing may hold it back (crawler/fetch/ratelimit.py, `sending`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from contextvars import ContextVar
 from typing import Any
 
 OnWire = Callable[[], Awaitable[None]]
-"""Called once, as a request's headers go out."""
+"""Called once, just before a request's headers go out; the request waits for it to return."""
 
 # Context-local, so the hook follows the one request its caller paced through every fetcher layer
 # (archiving, routing, redirects) without each passing it on; a task started inside copies it.
@@ -27,7 +28,8 @@ def paced(hook: OnWire | None) -> Iterator[None]:
 
 
 async def going() -> None:
-    """A transport's request is going out now: tell its pacing, once (a second request is not it)."""
+    """A transport's request is going out now: tell its pacing, once (a second request is not it),
+    and return when the pacing lets it go."""
     hook = _ON_WIRE.get()
     if hook is not None:
         _ON_WIRE.set(None)

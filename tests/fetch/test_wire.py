@@ -1,5 +1,6 @@
-"""A request's pacing hears from the transport when it goes on the wire, and a request that went
-late pushes its host's and its address's next token back by as much: the server sees the rate."""
+"""A request's pacing hears from the transport as it goes on the wire, and holds it there if need be:
+a request that went late pushes its host's and its address's next token back by as much, and one
+whose lateness would bring it too close to a request granted meanwhile waits for its turn after it."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ from demo.site import Site, free_port, page, serve
 HOST = Budget(rate=2, burst=1, recovery=10)
 PER_IP = ("127.0.0.9", Budget(rate=2, burst=1, recovery=10))
 LATE = 0.3
+HELD = 0.2
 
 
 @pytest.mark.parametrize("make", [HttpFetcher, AiohttpFetcher], ids=["httpx", "aiohttp"])
-async def test_each_transport_tells_the_pacing_once_as_the_request_goes(
+async def test_each_transport_tells_the_pacing_once_and_waits_on_it_before_the_request_goes(
     make: type[HttpFetcher] | type[AiohttpFetcher],
 ) -> None:
     ip = "127.0.0.23"
@@ -36,6 +38,7 @@ async def test_each_transport_tells_the_pacing_once_as_the_request_goes(
 
     async def on_wire() -> None:
         told.append(time.monotonic())
+        await asyncio.sleep(HELD)
 
     try:
         with serve(site):
@@ -48,6 +51,7 @@ async def test_each_transport_tells_the_pacing_once_as_the_request_goes(
         await fetcher.aclose()
     assert len(told) == 1 and told[0] >= before
     assert len(site.requests) == 3
+    assert site.requests[0][0] >= told[0] + HELD  # held until its pacing let it go
 
 
 async def test_a_request_that_went_late_keeps_the_next_ones_distance(redis: Redis, prefix: str) -> None:
@@ -67,3 +71,21 @@ async def test_a_request_that_went_late_keeps_the_next_ones_distance(redis: Redi
     await limiter.sending("c.test", HOST, fourth)
     fifth = await limiter.token("c.test", lambda: HOST)
     assert abs((fifth.due - fourth.due) - 1 / HOST.rate) < 0.1
+
+
+async def test_a_late_request_goes_after_a_request_granted_meanwhile_not_close_to_it(
+    redis: Redis, prefix: str
+) -> None:
+    limiter = RateLimiter(redis, Names(prefix))
+    first = await limiter.token("a.test", lambda: HOST, ip=PER_IP)
+    # Granted while the first is still connecting: due one interval after the first was due.
+    second = asyncio.create_task(limiter.token("a.test", lambda: HOST, ip=PER_IP))
+    await asyncio.sleep(LATE)
+    await limiter.sending("a.test", HOST, first, PER_IP)
+    went = time.monotonic()
+    granted = await second
+    await limiter.sending("a.test", HOST, granted, PER_IP)  # on time: not held
+    # Going as late as it was, 0.2 s before the second's turn, would have been too close to it.
+    assert went - granted.due >= 1 / HOST.rate - 0.02, (went - first.due, granted.due - first.due)
+    third = await limiter.token("a.test", lambda: HOST, ip=PER_IP)
+    assert third.due - went >= 1 / HOST.rate - 0.02
