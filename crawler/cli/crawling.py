@@ -55,8 +55,16 @@ def _new(args: argparse.Namespace) -> NewCrawl | None:
         error = exc.errors()[0]
         flag = _CRAWL_FLAGS.get(str(error["loc"][0]), str(error["loc"][0])) if error["loc"] else "the crawl"
         message = str(error["msg"])
-        raise ConfigError(f"{flag} {error['input']!r}: {message[:1].lower()}{message[1:]}") from None
+        raise ConfigError(f"{flag} {_shown(error['input'])}: {message[:1].lower()}{message[1:]}") from None
     return NewCrawl(asked.seeds, asked.label, asked.priority, asked.max_depth, asked.max_pages, asked.domains)
+
+
+def _shown(value: object) -> str:
+    """A refused value as an error line shows it: a list by its length, anything else cut short."""
+    if isinstance(value, list | tuple):
+        return f"({len(value)} given)"
+    text = repr(value)
+    return text if len(text) <= 200 else f"{text[:200]}..."
 
 
 def seed(args: argparse.Namespace) -> int:

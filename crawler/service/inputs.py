@@ -12,6 +12,7 @@ DeadReason = Literal["transient", "invalid", "rejected", "delivery_limit", "webh
 quorum queue (its delivery limit), a webhook's receiver never took it, or not said."""
 DEAD_REASONS: tuple[str, ...] = get_args(DeadReason)
 DEAD_LIMIT = (1, 10_000)  # how many dead letters one listing may show, at least and at most
+MAX_SEEDS = 100_000  # seeds of one crawl: a domains file's every home page (the API's body holds fewer)
 
 
 class RecrawlRequest(BaseModel):
@@ -28,7 +29,9 @@ class CrawlRequest(BaseModel):
     """A crawl to start: seeds and options."""
 
     model_config = ConfigDict(extra="forbid")
-    seeds: list[Annotated[str, Field(min_length=1, max_length=2048)]] = Field(min_length=1, max_length=1000)
+    seeds: list[Annotated[str, Field(min_length=1, max_length=2048)]] = Field(
+        min_length=1, max_length=MAX_SEEDS
+    )
     label: str | None = Field(None, max_length=200)
     priority: int | None = Field(None, ge=0, le=9)
     max_depth: int | None = Field(None, ge=0, le=1_000_000)

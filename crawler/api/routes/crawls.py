@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from urllib.parse import urlencode
 
 from fastapi import Path, Query, Request, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from crawler.api.access import ADMIN, READ, control
 from crawler.api.problems import problem_responses
@@ -24,6 +24,8 @@ router = resource()
 
 class NewCrawlIn(CrawlRequest):
     """A crawl to start: seeds and options."""
+
+    seeds: list[Annotated[str, Field(min_length=1, max_length=2048)]] = Field(min_length=1, max_length=1000)
 
 
 class DomainCounts(BaseModel):
