@@ -7,12 +7,14 @@ or 300 together stay within a domain's rate whatever their own clocks say.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from crawler.config import Rules
 from crawler.names import BUCKET_KEPT, Names
@@ -191,6 +193,7 @@ Taken = tuple[int, float]
 # would come that much closer than its rate allows.
 LATE_MIN = 0.02
 LATE_TRIES = 3  # a request late again after being told late is told again, this many times in all
+_NEVER_HELD = 1e9  # `_LATE`'s seconds a server cannot tell, when the request has gone already
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +257,7 @@ class RateLimiter:
         # bucket key -> when this process last asked it, oldest first: one a host and one an address
         # of the open web, so those older than BUCKET_KEPT (which say nothing more) are dropped.
         self._asked: OrderedDict[str, float] = OrderedDict()
+        self._counting: set[asyncio.Task[None]] = set()  # late requests' counts, not waited on
 
     def _args(
         self, key: str, budget: Budget, domain: str | None = None, horizon: float = HORIZON
@@ -356,6 +360,25 @@ class RateLimiter:
             if wait:
                 await asyncio.sleep(wait)
             due = asked + wait  # reckoned from the ask, so never thought less late than it is
+        late = self._clock() - due
+        if late >= LATE_MIN:
+            # Still late (the event loop resumed it late): counted as it goes, not held any longer.
+            counting = asyncio.create_task(self._count_late(domain, budget, late, ip))
+            self._counting.add(counting)
+            counting.add_done_callback(self._counting.discard)
+
+    async def counted(self) -> None:
+        """Return once the counts of late requests sent without waiting on them have landed."""
+        await asyncio.gather(*self._counting)
+
+    async def _count_late(
+        self, domain: str, budget: Budget, late: float, ip: tuple[str, Budget] | None
+    ) -> None:
+        keys, args = (
+            self.take_args(domain, budget) if ip is None else self.take_pair_args(domain, budget, *ip)
+        )
+        with contextlib.suppress(RedisError):  # best effort: the request has gone either way
+            await self._late(keys=keys, args=[*args, late, _NEVER_HELD])
 
     async def went_late(
         self, domain: str, budget: Budget, late: float, ip: tuple[str, Budget] | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -89,3 +90,25 @@ async def test_a_late_request_goes_after_a_request_granted_meanwhile_not_close_t
     assert went - granted.due >= 1 / HOST.rate - 0.02, (went - first.due, granted.due - first.due)
     third = await limiter.token("a.test", lambda: HOST, ip=PER_IP)
     assert third.due - went >= 1 / HOST.rate - 0.02
+
+
+async def test_a_request_still_late_after_being_told_is_counted_as_it_goes(
+    redis: Redis, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limiter = RateLimiter(redis, Names(prefix))
+    told = limiter.went_late
+
+    async def resumed_late(*args: Any, **kwargs: Any) -> float:
+        wait = await told(*args, **kwargs)
+        await asyncio.sleep(LATE)  # an event loop at full CPU resumes each telling this late
+        return wait
+
+    monkeypatch.setattr(limiter, "went_late", resumed_late)
+    first = await limiter.token("a.test", lambda: HOST, ip=PER_IP)
+    await asyncio.sleep(LATE)
+    await limiter.sending("a.test", HOST, first, PER_IP)
+    went = time.monotonic()
+    await limiter.counted()
+    after = await limiter.token("a.test", lambda: HOST, ip=PER_IP)
+    # Due a whole interval after it really went, not after the last telling was counted.
+    assert after.due - went >= 1 / HOST.rate - 0.02, after.due - went
