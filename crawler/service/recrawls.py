@@ -35,7 +35,7 @@ class Recrawls:
         what it can fetch in the next minutes; with `every`, each stored page of them is made due
         first, recrawled or not (default: every configured domain)."""
         if domains:
-            chosen = wiring.check_domains(self.config, domains)
+            chosen = wiring.check_domains(self.config, domains, queued=True)
         else:
             chosen = sorted(d for d, r in self.config.rules.items() if every or r.recrawls)
         async with scheduling(self.settings, lambda: self.config, self.frontier.connection) as scheduler:
