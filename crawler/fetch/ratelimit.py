@@ -374,9 +374,7 @@ class RateLimiter:
     async def _count_late(
         self, domain: str, budget: Budget, late: float, ip: tuple[str, Budget] | None
     ) -> None:
-        keys, args = (
-            self.take_args(domain, budget) if ip is None else self.take_pair_args(domain, budget, *ip)
-        )
+        keys, args = self._buckets(domain, budget, ip)
         with contextlib.suppress(RedisError):  # best effort: the request has gone either way
             await self._late(keys=keys, args=[*args, late, _NEVER_HELD])
 
@@ -386,10 +384,14 @@ class RateLimiter:
         """A request is going `late` seconds after its token was due (a new connection, a busy event
         loop): the seconds it must wait first (0: none, its buckets count it now), so the requests
         granted meanwhile keep their distance from it at the server, and the next ones too."""
-        keys, args = (
-            self.take_args(domain, budget) if ip is None else self.take_pair_args(domain, budget, *ip)
-        )
+        keys, args = self._buckets(domain, budget, ip)
         return float(await self._late(keys=keys, args=[*args, late, LATE_MIN]))
+
+    def _buckets(
+        self, domain: str, budget: Budget, ip: tuple[str, Budget] | None
+    ) -> tuple[list[str], list[float | str]]:
+        """The keys and arguments of a request's buckets: its domain's, and its address's if any."""
+        return self.take_args(domain, budget) if ip is None else self.take_pair_args(domain, budget, *ip)
 
     async def slow_down(self, domain: str, budget: Budget, pause: float = 0.0) -> Kept:
         """The domain pushed back (429, 503): halve its rate fleet-wide, and pause it if asked; its
