@@ -237,7 +237,8 @@ async def frontier(
         redis = await stack.enter_async_context(connections.redis(settings.redis_url))
         dedup = config.dedup if config is not None else None
         db = stack.enter_context(opened(database or settings.database_url))
-        recovery = Recovery(redis, settings.names, db)
+        discovered = config.discovered if config is not None else lambda domain: False
+        recovery = Recovery(redis, settings.names, db, discovered=discovered)
         seen = SeenStore(redis, settings.names, dedup, recovery)
         yield Frontier(connection, redis, seen, recovery, settings.names)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from crawler.names import HOST_ACTIVE_WINDOW, HOST_VIEWS_TTL, OPEN_FIELD, Names
+from crawler.names import DISCOVERED_LABEL, HOST_ACTIVE_WINDOW, HOST_VIEWS_TTL, OPEN_FIELD, Names
 from crawler.quality.coverage import is_quality
 from crawler.sink.crawls import CrawlRecord, CrawlStatus, CrawlStore
 from crawler.sink.domains import DomainStore
@@ -42,13 +42,17 @@ CLOSED = (*TERMINAL, "sitemaps_done")
 # Counts stop the moment a crawl is cancelled: the check and the increments are one atomic step.
 # So is the look for its end: once the work it opened is all closed (OPEN_FIELD down to 0), every
 # domain's counts are read to be sure (as `finished` reads them), and 2 is returned if it ended.
-# A discovered host (one in the crawl's admitted hosts) counted is set in the crawl's views of hosts
-# (crawler/hosts/views.py) from its counts: its URLs queued (routed less ended, those waiting
-# included), waiting (retrying), and when a page of it was last stored.
+# A discovered host (one in the crawl's admitted hosts) is counted in the crawl's counts and series
+# as one domain, DISCOVERED_LABEL, so every reading of them is bounded by the domains listed, not the
+# hosts found; its own outcome counts go to the hosts' counts hash, from which its views of hosts
+# (crawler/hosts/views.py) are set: its URLs queued (routed less ended, those waiting included),
+# waiting (retrying), and when a page of it was last stored.
+_VIEWED = ("routed", "ok", "failed", "dead", "skipped", "retrying")
 _HOST_VIEWS = f"""
+local FOLDED = '{DISCOVERED_LABEL}'
+local VIEWED = {{{", ".join(f"{kind} = true" for kind in _VIEWED)}}}
 local function views(host, stored)
-  local c = redis.call('HMGET', KEYS[2], host .. ' routed', host .. ' ok', host .. ' failed',
-    host .. ' dead', host .. ' skipped', host .. ' retrying')
+  local c = redis.call('HMGET', KEYS[8], {", ".join(f"host .. ' {kind}'" for kind in _VIEWED)})
   for i = 1, 6 do c[i] = tonumber(c[i] or '0') end
   local queued = c[1] - c[2] - c[3] - c[4] - c[5]
   if queued > 0 then redis.call('ZADD', KEYS[5], queued, host) else redis.call('ZREM', KEYS[5], host) end
@@ -58,34 +62,40 @@ local function views(host, stored)
     redis.call('ZADD', KEYS[6], now, host)
     redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now - {HOST_ACTIVE_WINDOW})
   end
-  for k = 5, 7 do redis.call('EXPIRE', KEYS[k], {HOST_VIEWS_TTL}) end
+  for k = 5, 8 do redis.call('EXPIRE', KEYS[k], {HOST_VIEWS_TTL}) end
 end
 """
 
-# KEYS: cancelled set, counts hash, series hash, then the crawl's admitted hosts and its views of
-# hosts (queued, active, waiting). ARGV: crawl id, the change to OPEN_FIELD, n, then n (domain, pages
-# stored) pairs for the series, then (field, increment) pairs for the counts.
+# KEYS: cancelled set, counts hash, series hash, then the crawl's admitted hosts, its views of hosts
+# (queued, active, waiting) and its hosts' counts hash. ARGV: crawl id, the change to OPEN_FIELD, n,
+# then n (domain, pages stored) pairs for the series, then (field, increment) pairs for the counts.
 _COUNT = (
     _HOST_VIEWS
     + """
 if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 0 end
 local n = tonumber(ARGV[3])
 local counts = 4 + 2 * n
-for i = counts, #ARGV, 2 do redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1]) end
-if redis.call('EXISTS', KEYS[4]) == 1 then
-  local hosts, order = {}, {}
-  for i = counts, #ARGV, 2 do
-    local domain, kind = string.match(ARGV[i], '^(.*) ([^ ]+)$')
-    if domain and hosts[domain] == nil and redis.call('SISMEMBER', KEYS[4], domain) == 1 then
+local admitting = redis.call('EXISTS', KEYS[4]) == 1
+local hosts, order, listed = {}, {}, {}
+for i = counts, #ARGV, 2 do
+  local domain, kind = string.match(ARGV[i], '^(.*) ([^ ]+)$')
+  if domain and admitting and hosts[domain] == nil and not listed[domain] then
+    if redis.call('SISMEMBER', KEYS[4], domain) == 1 then
       hosts[domain] = false
       order[#order + 1] = domain
-    end
-    if domain and hosts[domain] ~= nil and (kind == 'ok' or kind == 'failed' or kind == 'dead') then
-      hosts[domain] = true
+    else
+      listed[domain] = true
     end
   end
-  for _, host in ipairs(order) do views(host, hosts[host]) end
+  if domain and hosts[domain] ~= nil then
+    if VIEWED[kind] then redis.call('HINCRBY', KEYS[8], ARGV[i], ARGV[i + 1]) end
+    redis.call('HINCRBY', KEYS[2], FOLDED .. ' ' .. kind, ARGV[i + 1])
+    if kind == 'ok' or kind == 'failed' or kind == 'dead' then hosts[domain] = true end
+  else
+    redis.call('HINCRBY', KEYS[2], ARGV[i], ARGV[i + 1])
+  end
 end
+for _, host in ipairs(order) do views(host, hosts[host]) end
 local closing = tonumber(ARGV[2])
 local open = redis.call('HINCRBY', KEYS[2], '"""
     + OPEN_FIELD
@@ -119,7 +129,8 @@ if n > 0 then
     + "".join(f"  if age >= {age} then step = {step} end\n" for age, step in SERIES_STEPS[1:])
     + """
   for i = 4, counts - 1, 2 do
-    redis.call('HINCRBY', KEYS[3], ARGV[i] .. ' ' .. step .. ' ' .. math.floor(now / step), ARGV[i + 1])
+    local domain = hosts[ARGV[i]] ~= nil and FOLDED or ARGV[i]
+    redis.call('HINCRBY', KEYS[3], domain .. ' ' .. step .. ' ' .. math.floor(now / step), ARGV[i + 1])
   end
 end
 return ended
@@ -275,6 +286,7 @@ class CrawlState:
             keys = [
                 *(names.cancelled_key, names.crawl_counts_key(crawl), names.crawl_series_key(crawl)),
                 *(own.hosts_key, own.hosts_queued_key, own.hosts_active_key, own.hosts_waiting_key),
+                own.hosts_counts_key,
             ]
             closing = -sum(n for (_, kind), n in changes.items() if kind in CLOSED)
             ended = await self._count(keys=keys, args=[crawl, closing, len(done), *series, *counted])

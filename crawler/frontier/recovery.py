@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 from crawler.dedup.store import SeenStore
 from crawler.frontier.crawls import CrawlOptions
 from crawler.frontier.urls import fingerprint
-from crawler.names import REBUILD_LOCK_TTL, Names
+from crawler.names import DISCOVERED_LABEL, REBUILD_LOCK_TTL, Names
 from crawler.sink.crawls import CrawlStore
 from crawler.sink.database import Database
 from crawler.sink.stored import StoredPages
@@ -63,13 +63,16 @@ class Recovery:
         *,
         batch: int = REBUILD_BATCH,
         clock: Callable[[], float] = time.monotonic,
+        discovered: Callable[[str], bool] = lambda domain: False,
     ) -> None:
+        """`discovered` tells a discovered host's pages, counted as DISCOVERED_LABEL's."""
         self._redis = redis
         self._names = names
         self._pages = StoredPages(database)
         self._crawls = CrawlStore(database)
         self._batch = batch
         self._clock = clock
+        self._discovered = discovered
         self._raise = redis.register_script(_RAISE)
         self._raise_field = redis.register_script(_RAISE_FIELD)
         self._release = redis.register_script(_RELEASE)
@@ -151,10 +154,15 @@ class Recovery:
         total = sum(t.ok + t.failed for t in tallies.values())
         await self._raise(keys=[self._names.crawl_pages_key(crawl)], args=[total])
         counts = self._names.crawl_counts_key(crawl)
+        found: dict[str, dict[str, int]] = {}
         for domain, t in tallies.items():
             # Stored pages were routed and came to an outcome; what was still queued when Redis was
             # lost is not known here, so `pending` leaves it out.
+            into = found.setdefault(DISCOVERED_LABEL if self._discovered(domain) else domain, {})
             for kind, n in (("routed", t.ok + t.failed), ("ok", t.ok), ("failed", t.failed)):
+                into[kind] = into.get(kind, 0) + n
+        for domain, kinds in found.items():
+            for kind, n in kinds.items():
                 await self._raise_field(keys=[counts], args=[f"{domain} {kind}", n])
 
     async def _restore_cancelled(self) -> None:

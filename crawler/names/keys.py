@@ -80,6 +80,12 @@ class CrawlKeys:
         return f"{self.prefix}:c:{self.crawl}:hosts:active"
 
     @property
+    def hosts_counts_key(self) -> str:
+        """Redis hash of this crawl's discovered hosts' outcome counts, field `host kind`, which the
+        views of hosts read; the crawl's counts hold them all as one domain, DISCOVERED_LABEL."""
+        return f"{self.prefix}:c:{self.crawl}:hosts:counts"
+
+    @property
     def hosts_waiting_key(self) -> str:
         """Redis sorted set of this crawl's discovered hosts with URLs waiting out of their shard (a
         host wait queue or a retry tier; score: how many); a host leaves it at 0."""

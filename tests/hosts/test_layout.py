@@ -11,6 +11,7 @@ import sqlalchemy as sa
 import yaml
 
 from crawler.frontier.hosts import host_priority, shard_of
+from crawler.names import DISCOVERED_LABEL
 from crawler.settings import Settings
 from crawler.sink.sql import engine_url
 from demo.site import Site, free_port, page, serve
@@ -103,8 +104,8 @@ def test_links_to_hosts_in_scope_are_crawled_and_the_crawl_finishes(
     assert bad.requests == []
     crawl = only_crawl(settings)
     assert crawl["state"] == "finished", crawl
-    assert crawl["counts"]["good.test"]["ok"] == 3
-    assert crawl["counts"]["good.test"]["pending"] == 0
+    assert crawl["counts"][DISCOVERED_LABEL]["ok"] == 3
+    assert crawl["counts"][DISCOVERED_LABEL]["pending"] == 0
 
 
 def test_the_registered_domain_cap_and_max_pages_bound_discovery(

@@ -9,6 +9,7 @@ import pytest
 
 from crawler.config import load_config
 from crawler.errors import BadURL
+from crawler.names import DISCOVERED_LABEL
 from crawler.worker.wiring import check_seeds
 from demo.site import serve
 from tests.hosts.test_layout import configure, only_crawl, sites, stored
@@ -55,4 +56,4 @@ def test_crawl_from_a_seed_on_a_discovered_host(
     assert served["a.test"].requests == []
     crawl = only_crawl(settings)
     assert crawl["state"] == "finished", crawl
-    assert crawl["counts"]["good.test"]["ok"] == 3
+    assert crawl["counts"][DISCOVERED_LABEL]["ok"] == 3

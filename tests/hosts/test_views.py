@@ -46,6 +46,12 @@ async def test_counts_and_top_hosts_follow_the_crawl_counts(redis: Redis, prefix
     # h1's URL back from waiting and stored: no host waits.
     await state.count("c1", {("h1.test", "retrying"): -1, ("h1.test", "ok"): 1})
     assert (await host_counts(redis, names)).waiting == 0
+    # The crawl's counts and series hold the hosts as one domain, however many there are.
+    counts = await state.counts("c1")
+    assert sorted(counts) == ["a.test", DISCOVERED_LABEL]
+    assert counts[DISCOVERED_LABEL] == {**counts["a.test"], "routed": 9, "ok": 2, "failed": 2}
+    assert {span.domain for span in await state.series("c1")} == {DISCOVERED_LABEL}
+    assert not [f for f in await redis.hkeys(names.crawl_counts_key("c1")) if f.startswith(b"h")]
     # A cancelled crawl is not counted; a forgotten one leaves the list.
     await state.cancel("c1")
     assert await host_counts(redis, names) == HostCounts()
