@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 from redis.asyncio import Redis
@@ -13,7 +14,6 @@ from crawler.names import Names
 # How long the router trusts a domain's count read from Redis: reading it for every page's links was
 # one of the few Redis round trips per page, and `take` enforces the limit whatever the router saw.
 COUNT_READ_INTERVAL = 1.0
-MAX_COUNTS = 100_000  # counts kept read
 
 
 class PageQuota:
@@ -23,8 +23,8 @@ class PageQuota:
         self._redis = redis
         self._names = names
         self._clock = clock
-        # (crawl, domain) -> (when read, pages counted)
-        self._counts: dict[tuple[str | None, str], tuple[float, int]] = {}
+        # (crawl, domain) -> (when read, pages counted), oldest read first
+        self._counts: OrderedDict[tuple[str | None, str], tuple[float, int]] = OrderedDict()
 
     @property
     def redis(self) -> Redis:
@@ -35,6 +35,11 @@ class PageQuota:
     def names(self) -> Names:
         """The names of the keys the counts are kept under."""
         return self._names
+
+    @property
+    def kept(self) -> int:
+        """How many domains' counts this process holds read: those read within the interval."""
+        return len(self._counts)
 
     async def take(self, domain: str, max_pages: int, crawl: str | None = None) -> bool:
         """Count one page against the domain in crawl `crawl`; False if that would exceed `max_pages`."""
@@ -52,8 +57,6 @@ class PageQuota:
         """
         now = self._clock()
         names = self._names.for_crawl(crawl)
-        if len(self._counts) > MAX_COUNTS:  # a long-lived worker sees crawl after crawl
-            self._counts.clear()
         stale = sorted(
             d for d in domains if now - self._counts.get((crawl, d), (-math.inf, 0))[0] >= COUNT_READ_INTERVAL
         )
@@ -61,7 +64,13 @@ class PageQuota:
             counts = await self._redis.mget([names.pages_key(d) for d in stale])
             for domain, count in zip(stale, counts, strict=True):
                 self._counts[crawl, domain] = (now, int(count or 0))
-        return {d for d in domains if self._counts[crawl, d][1] >= max_pages[d]}
+                self._counts.move_to_end((crawl, domain))
+        found = {d for d in domains if self._counts[crawl, d][1] >= max_pages[d]}
+        # A count past the interval is read again when asked: kept, it would only hold memory, a
+        # domain's worth for every host of the open web this worker ever routed to.
+        while self._counts and now - next(iter(self._counts.values()))[0] >= COUNT_READ_INTERVAL:
+            self._counts.popitem(last=False)
+        return found
 
 
 class CreditQuota:

@@ -34,3 +34,17 @@ async def test_full_reads_counts_at_most_once_per_interval(redis: Redis, prefix:
     for _ in range(4):
         await worker.take("c.test", 4)
     assert await router.full({"c.test"}, {"c.test": 4}) == {"c.test"}
+
+
+async def test_full_keeps_only_the_counts_read_within_the_interval(redis: Redis, prefix: str) -> None:
+    now = [100.0]
+    router = PageQuota(redis, Names(prefix), clock=lambda: now[0])
+    hosts = {f"h{i}.test": 10 for i in range(1000)}  # the open web's hosts, each asked about once
+    assert await router.full(set(hosts), hosts) == set()
+    assert router.kept == 1000
+    now[0] += COUNT_READ_INTERVAL / 2
+    assert await router.full({"h1.test"}, hosts) == set()
+    assert router.kept == 1000  # all still within the interval
+    now[0] += COUNT_READ_INTERVAL / 2
+    assert await router.full({"h2.test"}, hosts) == set()  # h2 read again; the others dropped
+    assert router.kept == 1
