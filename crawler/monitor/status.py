@@ -12,6 +12,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 from aio_pika.abc import AbstractRobustConnection
+from aiormq.exceptions import ChannelNotFoundEntity
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -206,7 +207,7 @@ async def _from_broker(connection: AbstractRobustConnection, queues: list[str]) 
         channel = await connection.channel()
         try:
             queue = await channel.declare_queue(name, passive=True)
-        except Exception:
+        except ChannelNotFoundEntity:  # not declared yet: no depth; any other failure is no answer
             continue
         finally:
             if not channel.is_closed:
