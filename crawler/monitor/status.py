@@ -20,6 +20,7 @@ from rich.table import Table
 from crawler import connections
 from crawler.config import CrawlConfig
 from crawler.failover import first_node
+from crawler.frontier.concurrency import together
 from crawler.frontier.crawls import CrawlState
 from crawler.frontier.exchanges import domain_queues, host_queues
 from crawler.hosts.views import HostCounts, TopHost, host_counts
@@ -310,18 +311,14 @@ async def status(
     bands = {d: [q.name for q in domain_queues(names, d, config.frontier)] for d in chosen}
     queues = [q for d in chosen for q in bands[d]]
     hosts = [q.name for q in host_queues(config, names)]
-    # A task group, not gather: when one read fails the others are cancelled and awaited here, while
-    # the connection they use is open, so the failure is one line and the program ends.
-    try:
-        async with asyncio.TaskGroup() as reads:
-            depths_read = reads.create_task(queue_depths(settings, queues + extra + hosts, connection))
-            stored_read = reads.create_task(asyncio.to_thread(_stored, database, chosen))
-            workers_read = reads.create_task(_workers(settings))
-            counts_read = reads.create_task(_host_counts(settings))
-    except ExceptionGroup as failed:
-        raise failed.exceptions[0] from None
-    (depths, source), stored = depths_read.result(), stored_read.result()
-    found, counts = workers_read.result(), counts_read.result()
+    # When one read fails the others are cancelled and awaited here, while the connection they use
+    # is open, so the failure is one line and the program ends.
+    (depths, source), stored, found, counts = await together(
+        queue_depths(settings, queues + extra + hosts, connection),
+        asyncio.to_thread(_stored, database, chosen),
+        _workers(settings),
+        _host_counts(settings),
+    )
     skipped = await _skipped(settings, stored.crawls)
     alerts = await _quality_alerts(settings, config, database)  # the schema was checked by _stored
     now = datetime.now(UTC)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 from crawler.config import CrawlConfig
 from crawler.errors import ConfigError, NotFound
 from crawler.frontier.client import Frontier
+from crawler.frontier.concurrency import together
 from crawler.frontier.crawls import CrawlState
 from crawler.service.health import DomainHealth, domain_health
 from crawler.service.status_reads import StatusReads
@@ -53,7 +53,7 @@ class Domains:
 
     async def listed(self) -> list[DomainView]:
         """Every configured domain's queue, rate, pause and consumers."""
-        data, paused, health = await asyncio.gather(
+        data, paused, health = await together(
             self.reads.status(),
             self.state.paused(),
             domain_health(self.frontier.redis, self.settings.names, self.config, sorted(self.config.domains)),

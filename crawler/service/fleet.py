@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from crawler.config import CrawlConfig
 from crawler.frontier.client import Frontier
+from crawler.frontier.concurrency import together
 from crawler.gateway.report import GatewayStatus, gateways
 from crawler.monitor.heartbeat import WorkerStatus, workers
 from crawler.service.status_reads import StatusReads
@@ -47,7 +48,7 @@ class Fleet:
     async def view(self) -> FleetView:
         """Workers by their heartbeats, gateway replicas by their reports, freshness per domain."""
         names = self.settings.names
-        found, replicas, data = await asyncio.gather(
+        found, replicas, data = await together(
             workers(self.frontier.redis, names),
             gateways(self.frontier.redis, names),
             self.reads.status(),

@@ -3,7 +3,6 @@ whether the site is refusing the crawler; what the console's Domains view adds t
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -12,6 +11,7 @@ from redis.asyncio import Redis
 from crawler.config import CrawlConfig
 from crawler.fetch.ratelimit import Backoff, RateLimiter, budget
 from crawler.fetch.robots import RobotsState, held
+from crawler.frontier.concurrency import together
 from crawler.monitor.answers import WINDOW, Recent, recent
 from crawler.names import Names
 
@@ -46,7 +46,7 @@ async def domain_health(
 ) -> dict[str, DomainHealth]:
     """Each of `domains`' health, read from Redis in three round trips (none of it changed)."""
     budgets = {d: budget(config.rules_for(d), None) for d in domains}
-    backoffs, answers, robots = await asyncio.gather(
+    backoffs, answers, robots = await together(
         RateLimiter(redis, names).backoffs(budgets), recent(redis, names), held(redis, names)
     )
     by_domain: dict[str, list[RobotsState]] = {}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated, Literal
 
 from fastapi import Path, Request
@@ -11,6 +10,7 @@ from pydantic import BaseModel
 from crawler.api.access import ADMIN, READ, control
 from crawler.api.problems import problem_responses
 from crawler.api.routes.v1 import resource
+from crawler.frontier.concurrency import together
 from crawler.service import DomainView
 
 Domain = Annotated[str, Path(min_length=1, max_length=253)]
@@ -122,7 +122,7 @@ class DomainList(BaseModel):
 async def list_domains(request: Request) -> DomainList:
     """Every configured domain: queue depth, rate, paused, workers; discovered hosts summed."""
     domains = control(request).domains
-    listed, hosts = await asyncio.gather(domains.listed(), domains.discovered())
+    listed, hosts = await together(domains.listed(), domains.discovered())
     return DomainList(
         domains=[DomainOut.of(d) for d in listed], discovered=DiscoveredOut.model_validate(hosts)
     )
