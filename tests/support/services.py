@@ -15,7 +15,7 @@ from urllib.parse import quote, unquote
 import httpx
 import redis
 
-from crawler.settings import Settings
+from crawler.settings import ENV, Settings
 from tests.support.wait import until
 
 if TYPE_CHECKING:
@@ -98,24 +98,14 @@ def settings_for(
 
 
 def env_for(settings: Settings) -> dict[str, str]:
-    """The environment a crawler subprocess needs to use `settings`."""
-    env = dict(os.environ)
-    env.update(
-        CRAWLER_AMQP_URL=settings.amqp_url,
-        CRAWLER_REDIS_URL=settings.redis_url,
-        CRAWLER_DATABASE_URL=settings.database_url,
-        CRAWLER_CONFIG=settings.config_path,
-        CRAWLER_PREFIX=settings.prefix,
-        CRAWLER_ARCHIVE_DIR=settings.archive_dir,
-        CRAWLER_ARCHIVE_SPOOL=settings.archive_spool,
-        PYTHONWARNINGS="error",
-    )
-    env.pop("CRAWLER_S3_ENDPOINT_URL", None)
-    if settings.s3_endpoint_url:
-        env["CRAWLER_S3_ENDPOINT_URL"] = settings.s3_endpoint_url
-    env.pop("CRAWLER_DEDUP", None)
-    if settings.dedup:
-        env["CRAWLER_DEDUP"] = settings.dedup
+    """The environment a crawler subprocess needs to use `settings`: every setting, none inherited."""
+    env = dict(os.environ, PYTHONWARNINGS="error")
+    for name, var in ENV.items():
+        value = getattr(settings, name)
+        if value is None:
+            env.pop(var, None)
+        else:
+            env[var] = value
     return env
 
 
