@@ -424,13 +424,21 @@ class Visitor:
         """Clear one request of a followed chain: in scope, and a token from its own domain's bucket;
         what the request tells as it goes."""
         canonical = self._scope.canonical(url)
-        domain = self._scope.domain(canonical) or host_of(canonical)
-        share = await self._share(canonical)
-        allowance = budget(self._rules_of(domain), None)
+        _, on_wire = await self.cleared(canonical, self._scope.domain(canonical) or host_of(canonical))
+        return on_wire
+
+    async def cleared(self, url: str, domain: str, crawl_delay: float | None = None) -> tuple[Token, OnWire]:
+        """A token for one request to `url` from `domain`'s bucket and its address's (with `per_ip:`),
+        and what the request tells as it goes."""
+        share = await self._share(url)
+        allowance = budget(self._rules_of(domain), crawl_delay)
         token = await self._limiter.token(
-            domain, lambda: budget(self._rules_of(domain), None), ip=share, horizon=self._horizon(domain)
+            domain,
+            lambda: budget(self._rules_of(domain), crawl_delay),
+            ip=share,
+            horizon=self._horizon(domain),
         )
-        return lambda: self._limiter.sending(domain, allowance, token, share)
+        return token, lambda: self._limiter.sending(domain, allowance, token, share)
 
     def _horizon(self, domain: str) -> float:
         """How far ahead a token may be reserved: not at all for a discovered host, as its admission."""

@@ -99,3 +99,27 @@ def test_hosts_on_one_address_share_its_per_ip_budget(
     times = [when for when, _ in b.requests]
     assert len(times) == 2 * (1 + 1 + len(paths))  # robots.txt and five pages, on each host
     assert excess(times, per_ip) == 0, sorted(t - min(times) for t in times)
+
+
+def test_a_sitemap_read_takes_its_address_token_too(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str, nameserver: NameServer
+) -> None:
+    port = free_port(B)
+    paths = [f"/p{i}" for i in range(1, 4)]
+    routes: dict[str, Any] = {"/": page("b", paths), **{p: page(p, []) for p in paths}}
+    b = Site("b.test", B, port, routes)
+    per_ip = Rate(rate=4, burst=1)  # the domain alone may go at 50 a second
+    path = configure(
+        tmp_path / "d.yaml",
+        nameserver,
+        domains={"b.test": {"rate": 50, "burst": 5, "sitemaps": "auto"}},
+        per_ip={"rate": per_ip.rate, "burst": per_ip.burst},
+    )
+    settings = settings_for(amqp_url, prefix, sqlite_url, path)
+    with serve(b):
+        result = run("crawler", ["crawl", b.url()], settings, timeout=60)
+    assert result.returncode == 0, result.stderr
+    requested = sorted(p for _, p in b.requests)
+    assert requested == sorted(["/robots.txt", "/sitemap.xml", "/", *paths]), requested
+    times = [when for when, _ in b.requests]
+    assert excess(times, per_ip) == 0, sorted((t - min(times), p) for t, p in b.requests)

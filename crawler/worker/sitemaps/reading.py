@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 
 from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, FetchError, SitemapError
-from crawler.fetch.ratelimit import budget
 from crawler.fetch.robots import origin_of
 from crawler.fetch.wire import paced
 from crawler.frontier.crawls import CrawlOptions
@@ -133,14 +132,11 @@ class SitemapReading:
         allowed, crawl_delay = await self._allowed(domain, url, task, rules, done)
         if not allowed:
             return
-        token = await self._visitor.limiter.token(
-            domain, lambda: budget(self._live.rules(domain), crawl_delay)
-        )
+        token, on_wire = await self._visitor.cleared(url, domain, crawl_delay)
         self._metrics.observe_rate_wait(domain, token.waited)
         stored = await asyncio.to_thread(self._store.validators, url) if not task.whole else None
-        allowance = budget(self._live.rules(domain), crawl_delay)
         with tempfile.SpooledTemporaryFile(max_size=SPOOL) as spool:
-            with paced(lambda: self._visitor.limiter.sending(domain, allowance, token)):
+            with paced(on_wire):
                 fetched = await fetch_file(
                     self._visitor.fetcher,
                     self._metrics,
