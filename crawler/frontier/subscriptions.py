@@ -16,6 +16,7 @@ from crawler.config import FrontierConfig
 from crawler.errors import CrawlerError
 from crawler.frontier.concurrency import at_once
 from crawler.frontier.exchanges import domain_queues
+from crawler.hosts.shown import shown
 from crawler.names import LOG_FIELDS, Names
 from crawler.redact import redact
 
@@ -104,7 +105,7 @@ class Subscriptions:
         broker = str(url.with_query(None)) if url is not None else "RabbitMQ"
         log.info(
             "consuming %s on %d connection(s), prefetch up to %d per queue: subscribed in %.2fs (%s)",
-            _listed(domains),
+            shown(domains) if len(domains) <= 10 else f"{shown(domains)} ({len(domains)} domain queues)",
             len({id(s.connection) for s in self._subs}),
             prefetch,
             seconds,
@@ -239,10 +240,3 @@ class Subscriptions:
                 raise CrawlerError("RabbitMQ allows no channels on a new connection; check its channel_max")
             slots += [connection] * min(room, count - len(slots))
         return slots
-
-
-def _listed(domains: Sequence[str], most: int = 10) -> str:
-    """Domains for a log line: every one if few, else the first few and how many more."""
-    if len(domains) <= most:
-        return ", ".join(domains)
-    return f"{', '.join(domains[:most])} and {len(domains) - most} more ({len(domains)} domain queues)"

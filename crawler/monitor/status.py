@@ -23,6 +23,7 @@ from crawler.failover import first_node
 from crawler.frontier.concurrency import together
 from crawler.frontier.crawls import CrawlState
 from crawler.frontier.exchanges import domain_queues, host_queues
+from crawler.hosts.shown import shown
 from crawler.hosts.views import HostCounts, TopHost, host_counts
 from crawler.monitor.heartbeat import workers
 from crawler.monitor.quality import current_quality
@@ -455,7 +456,7 @@ def _worker_rows(data: dict[str, Any]) -> list[list[str]]:
     for w in data["workers"]:
         beat = "-" if w["age"] is None else f"{w['age']:.1f}s ago"
         who = f"{w['host']} pid {w['pid']} ({w['role']})"
-        rows.append([who, w["state"], beat, str(w["pages"]), w["started"], _domains_cell(w["domains"])])
+        rows.append([who, w["state"], beat, str(w["pages"]), w["started"], shown(w["domains"], 5, ",")])
         if uploads:
             rows[-1].append(_uploads_cell(w.get("archive_waiting", 0), w.get("archive_error", "")))
     return rows
@@ -464,13 +465,6 @@ def _worker_rows(data: dict[str, Any]) -> list[list[str]]:
 def _uploads_cell(waiting: int, error: str) -> str:
     cell = f"{waiting} file(s) waiting" if waiting else "none waiting"
     return f"{cell}; last failed: {error[:80]}" if error else cell
-
-
-def _domains_cell(domains: list[str], most: int = 5) -> str:
-    # A worker of a thousand domains would otherwise make a line of twelve thousand characters.
-    if len(domains) <= most:
-        return ",".join(domains)
-    return f"{','.join(domains[:most])} and {len(domains) - most} more"
 
 
 _NUMBERS = {

@@ -15,6 +15,7 @@ from crawler.frontier.crawls import CrawlOptions
 from crawler.frontier.hosts import follows
 from crawler.frontier.router import Routed
 from crawler.frontier.urls import canonicalise
+from crawler.hosts.shown import shown
 from crawler.monitor.metrics import DomainStats
 from crawler.settings import Settings
 from crawler.sink.database import Database, opened
@@ -57,20 +58,20 @@ def check_domains(config: CrawlConfig, domains: Sequence[str] | None, *, queued:
     chosen = [d.strip().lower() for d in domains if d.strip()]
     if not chosen:
         raise ConfigError(
-            f"no domain named in {list(domains)!r} (configured: {', '.join(sorted(config.domains))})"
+            f"no domain named in {shown(repr(d) for d in domains)} "
+            f"(configured: {shown(sorted(config.domains))})"
         )
     shared = [d for d in chosen if d in config.layout_domains]
     if shared and queued:
         raise ConfigError(
-            f"{', '.join(shared)}: listed in the domains file past frontier.max_domain_queues, so "
+            f"{shown(shared)}: listed in the domains file past frontier.max_domain_queues, so "
             "served by the host layout's shared queues, not one of their own (a worker on every "
             "domain consumes them): leave them out, or raise max_domain_queues to queue each"
         )
     unknown = [d for d in chosen if d not in config.domains and d not in config.layout_domains]
     if unknown:
         raise ConfigError(
-            f"not configured in domains.yaml: {', '.join(unknown)} "
-            f"(configured: {', '.join(sorted(config.domains))})"
+            f"not configured in domains.yaml: {shown(unknown)} (configured: {shown(sorted(config.domains))})"
         )
     return chosen
 
@@ -88,7 +89,7 @@ def check_seeds(config: CrawlConfig, urls: Sequence[str]) -> list[str]:
         elif config.domain_of(host) is None and not config.follow_other_domains:
             raise BadURL(
                 f"{url}: its host is in no domain of domains.yaml "
-                f"(configured: {', '.join(sorted(config.domains)) or 'none'})"
+                f"(configured: {shown(sorted(config.domains)) or 'none'})"
             )
         seeds.append(canon)
     return seeds
