@@ -1,6 +1,7 @@
 """Each program's first instruction: SIGTERM is taken (crawler/stopping.py) before anything else is
 imported, then the program's own module is imported and run. Importing the crawler takes seconds of
-CPU on a busy node, long enough for Kubernetes to send a pod that has just started its SIGTERM."""
+CPU on a busy node, long enough for Kubernetes to send a pod that has just started its SIGTERM. Then
+the open-files limit is raised (crawler/descriptors.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import importlib
 from collections.abc import Callable
 from typing import cast
 
-from crawler import stopping
+from crawler import descriptors, stopping
 
 
 def _launch(target: str) -> int:
     stopping.install()
+    descriptors.raise_open_files()
     module, _, name = target.partition(":")
     main = cast(Callable[[], int], getattr(importlib.import_module(module), name))
     return main()

@@ -4,11 +4,13 @@ by a worker (built in crawler.worker.builder)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from crawler.config import CrawlConfig
+from crawler.descriptors import open_files_warning
 from crawler.errors import BadURL, ConfigError
 from crawler.frontier.client import frontier
 from crawler.frontier.crawls import CrawlOptions
@@ -24,6 +26,8 @@ from crawler.worker.builder import WorkerBuilder, make_fetcher, make_fetchers, p
 from crawler.worker.consumer import Ending
 from crawler.worker.tuning import DEFAULT_TUNING, Tuning
 from crawler.worker.watching import Monitoring
+
+log = logging.getLogger(__name__)
 
 # The worker's pieces, built in crawler.worker.builder, are named here too for the tests that build
 # one piece at a time.
@@ -135,6 +139,9 @@ async def consume(
     """
     chosen = check_domains(config, domains, queued=True)
     canonical_seeds = check_seeds(config, seeds)
+    too_few = open_files_warning()
+    if too_few is not None:
+        log.warning("%s", too_few)
     builder = WorkerBuilder(
         settings,
         config,
