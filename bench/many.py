@@ -1,12 +1,13 @@
 """One consumer serving many domain queues: startup, starvation, throughput (issue #7).
 
-python -m bench.many [--domains 1000] [--pages 5] [--prefetch N] [--file] [--work DIR]
+python -m bench.many [--domains 1000] [--pages 5] [--prefetch N] [--file] [--consumers 1] [--work DIR]
 
 Domains d0001.test, d0002.test, ... are mapped by domains.yaml's `resolve:` onto four loopback IPs
 where one nginx serves the same small site for any Host: N pages per domain, the index linking to every
 other page. With --file they are listed in a domains file instead (their names answered by a dnsmasq
 of the bench's own): past frontier.max_domain_queues, the host layout serves them. `crawler seed`
-routes each domain's index, then one `crawler-consume --burst` crawls them all. Startup is launch to
+routes each domain's index, then one `crawler-consume --burst` crawls them all (or --consumers of them,
+their CPU, RSS and descriptors summed). Startup is launch to
 the consumer's "consuming" line; a domain's first page is launch to the fetch of its index
 (fetched_at, the time the fetch began).
 """
@@ -100,6 +101,7 @@ class Run:
     domains: int
     pages_per_domain: int
     prefetch: int
+    consumers: int = 1
     seed_seconds: float = 0.0
     startup: float | None = None  # launch to the "consuming" line
     startup_fields: dict[str, object] = field(default_factory=dict)  # what that line says of itself
@@ -138,6 +140,11 @@ def _read_log(log: Path, run: Run, started_at: float) -> None:
         elif data.get("level") in ("WARNING", "ERROR"):
             # "d0042.test: <error>; will retry": counted by what follows the domain.
             run.warnings[message.split(": ", 1)[-1][:80]] += 1
+
+
+def _summed_rss(courses: Sequence[list[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """The consumers' RSS samples added up, sample by sample (each was sampled in the same round)."""
+    return [(rounds[0][0], sum(mb for _, mb in rounds)) for rounds in zip(*courses, strict=False)]
 
 
 def _fds(pid: int) -> int:
@@ -179,16 +186,24 @@ def _unix(stored: str) -> float:
     return datetime.fromisoformat(stored).replace(tzinfo=UTC).timestamp()
 
 
-def measure(domains: int, pages: int, prefetch: int, work: Path, timeout: float, file: bool = False) -> Run:
-    """Seed `domains` domains of `pages` pages each, crawl them with one burst consumer, measure."""
-    run = Run(domains, pages, prefetch)
+def measure(
+    domains: int,
+    pages: int,
+    prefetch: int,
+    work: Path,
+    timeout: float,
+    file: bool = False,
+    consumers: int = 1,
+) -> Run:
+    """Seed `domains` domains of `pages` pages each, crawl them with `consumers` burst consumers, measure."""
+    run = Run(domains, pages, prefetch, consumers)
     names = domain_names(domains)
     work.mkdir(parents=True, exist_ok=True)
     site = work / "site"
     write_site(site, pages)
     db = work / "crawl.db"
     config = work / "domains.yaml"
-    log_path = work / "consume.log"
+    log_paths = [work / ("consume.log" if i == 0 else f"consume-{i}.log") for i in range(consumers)]
     with ExitStack() as stack:
         nameserver = None
         if file:
@@ -212,35 +227,41 @@ def measure(domains: int, pages: int, prefetch: int, work: Path, timeout: float,
         clients_before = _clients(client)
         services_before = service_cpu()
         nginx_before = total_cpu(server.pids())
-        log = stack.enter_context(log_path.open("wb"))
+        logs = [stack.enter_context(path.open("wb")) for path in log_paths]
         argv = [*_script("crawler-consume"), "--burst", "--log-format", "json"]
         started, started_at = time.monotonic(), time.time()
-        child = Child.start("consume", argv, env, log)
+        children = [Child.start(f"consume-{i}", argv, env, log) for i, log in enumerate(logs)]
         progress = _db_progress(db)
         try:
-            while child.poll():
-                child.sample(progress())
+            while any([child.poll() for child in children]):  # a list: every child is polled
+                done = progress()
+                for child in children:
+                    child.sample(done)
                 if time.monotonic() - started > timeout:
                     run.notes.append(f"timed out after {timeout:.0f}s: killed")
                     break
-                run.peak_fds = max(run.peak_fds, _fds(child.pid))
+                run.peak_fds = max(run.peak_fds, sum(_fds(child.pid) for child in children if child.running))
                 run.peak_redis_clients = max(run.peak_redis_clients, _clients(client) - clients_before)
                 time.sleep(SAMPLE_EVERY)
         finally:
-            child.kill()
+            for child in children:
+                child.kill()
         run.exit_seconds = time.monotonic() - started
-        run.exit_code = child.proc.returncode
+        run.exit_code = max((abs(child.proc.returncode or 0) for child in children), default=0)
         services_after = service_cpu()
-        run.cpu, run.peak_rss_mb, run.rss_mb = child.cpu, child.peak_rss_mb, child.rss
+        run.cpu = sum(child.cpu for child in children)
+        run.peak_rss_mb = sum(child.peak_rss_mb for child in children)
+        run.rss_mb = _summed_rss([child.rss for child in children])
         run.rabbitmq_cpu = services_after["rabbitmq"] - services_before["rabbitmq"]
         run.redis_cpu = services_after["redis"] - services_before["redis"]
         run.nginx_cpu = total_cpu(server.pids()) - nginx_before
-    _read_log(log_path, run, started_at)
+    for path in log_paths:
+        _read_log(path, run, started_at)
     if run.startup is None:
-        run.notes.append(f"no 'consuming' line in {log_path}")
+        run.notes.append(f"no 'consuming' line in {log_paths[0]}")
     _pages(db, names, started_at, run)
     if run.exit_code:
-        run.notes.append(f"the consumer exited with {run.exit_code}, see {log_path}")
+        run.notes.append(f"a consumer exited with {run.exit_code}, see {work}/consume*.log")
     return run
 
 
@@ -262,7 +283,10 @@ def table(run: Run) -> str:
     after_startup = run.last_page - (run.startup or 0.0)
     fields = ", ".join(f"{k} {v}" for k, v in run.startup_fields.items())
     rows = [
-        ("domains x pages, prefetch", f"{run.domains} x {run.pages_per_domain}, prefetch {run.prefetch}"),
+        (
+            "domains x pages, prefetch",
+            f"{run.domains} x {run.pages_per_domain}, prefetch {run.prefetch}, {run.consumers} consumer(s)",
+        ),
         ("seed (declare + route)", f"{run.seed_seconds:.1f} s"),
         ("startup: launch to consuming", "-" if run.startup is None else f"{run.startup:.1f} s"),
         ("  as the consumer logs it", fields or "-"),
@@ -301,15 +325,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/crawler-many"), help="site, logs, database")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds before the consumer is killed")
     parser.add_argument("--file", action="store_true", help="list the domains in a domains file")
+    parser.add_argument("--consumers", type=int, default=1, help="crawler-consume processes (figures summed)")
     args = parser.parse_args(argv)
-    if args.domains < 1 or args.pages < 2:
-        parser.error("at least 1 domain and 2 pages per domain")
+    if args.domains < 1 or args.pages < 2 or args.consumers < 1:
+        parser.error("at least 1 domain, 2 pages per domain and 1 consumer")
     file = " --file" if args.file else ""
     print(
-        f"python -m bench.many --domains {args.domains} --pages {args.pages} --prefetch {args.prefetch}{file}"
+        f"python -m bench.many --domains {args.domains} --pages {args.pages} --prefetch {args.prefetch}"
+        f" --consumers {args.consumers}{file}"
     )
     print(datetime.now().strftime("%d %B %Y %H:%M"))
-    print(table(measure(args.domains, args.pages, args.prefetch, args.work, args.timeout, args.file)))
+    run = measure(args.domains, args.pages, args.prefetch, args.work, args.timeout, args.file, args.consumers)
+    print(table(run))
 
 
 if __name__ == "__main__":
