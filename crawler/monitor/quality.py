@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from crawler.config import CrawlConfig
 from crawler.frontier.crawls import CrawlState
-from crawler.quality.compare import Thresholds, compare, last_finished
+from crawler.quality.compare import Thresholds, baselines, compare
 from crawler.quality.coverage import coverage_of
 from crawler.quality.metrics import CoverageMetrics
 from crawler.quality.report import QualityReport
@@ -43,10 +43,10 @@ async def quality(
     ended = await asyncio.to_thread(store.list, "finished", BASELINES)
     until = crawl.finished_at or datetime.now(UTC)
     earlier = [r for r in ended if r.finished_at is not None and r.finished_at < until]
+    bases = baselines(earlier, found, besides=crawl.id)
     rows = []
     for d in sorted(found):
-        base = last_finished(earlier, d, besides=crawl.id)
-        before = coverage_of((base.counts or {}) if base is not None else {}).get(d)
+        base, before = bases.get(d, (None, None))
         rows.append(
             compare(
                 d,

@@ -72,15 +72,29 @@ class Ended(Protocol):
 def last_finished(crawls: Iterable[Ended], domain: str, *, besides: str | None = None) -> Ended | None:
     """The domain's last finished crawl among `crawls` (but `besides`, the one being judged): the
     latest to finish that checked pages of it. A cancelled crawl is no baseline."""
-    found: Ended | None = None
-    for crawl in crawls:
-        if crawl.state != "finished" or crawl.id == besides or crawl.finished_at is None:
-            continue
-        if not Coverage.of((crawl.counts or {}).get(domain, {})).pages():
-            continue
-        if found is None or (found.finished_at is not None and crawl.finished_at > found.finished_at):
-            found = crawl
-    return found
+    found = baselines(crawls, [domain], besides=besides).get(domain)
+    return found[0] if found is not None else None
+
+
+def baselines(
+    crawls: Iterable[Ended], domains: Iterable[str], *, besides: str | None = None
+) -> dict[str, tuple[Ended, Coverage]]:
+    """Each of `domains`' last finished crawl (as `last_finished`) and its coverage there. Newest
+    first, a domain is looked up only until found: a reading of 50,000 domains is not 50,000 scans."""
+    ended = [c for c in crawls if c.state == "finished" and c.id != besides and c.finished_at is not None]
+    # Stable: of crawls that finished at the same time, the first listed is the one kept.
+    ended.sort(key=lambda c: c.finished_at or datetime.min, reverse=True)
+    wanted, out = set(domains), {}
+    for crawl in ended:
+        if not wanted:
+            break
+        counts = crawl.counts or {}
+        for domain in wanted.intersection(counts):
+            coverage = Coverage.of(counts[domain])
+            if coverage.pages():
+                out[domain] = (crawl, coverage)
+        wanted.difference_update(out)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from crawler.quality.compare import Thresholds, compare, last_finished
+from crawler.quality.compare import Thresholds, baselines, compare, last_finished
 from crawler.quality.coverage import Coverage
 from crawler.quality.expect import load_expect
 from crawler.sink.crawls import CrawlRecord
@@ -148,3 +148,32 @@ def test_the_baseline_is_the_domains_last_finished_crawl() -> None:
     assert found is not None and found.id == "c2"
     assert last_finished(crawls, D, besides="c2") is crawls[0]
     assert last_finished(crawls, "other.test") is None
+
+
+def test_the_baselines_of_many_domains_are_each_ones_last_finished_crawl() -> None:
+    def crawl(id_: str, state: str, hour: int, domains: dict[str, int]) -> CrawlRecord:
+        counts = {d: ({"ok": n, "q:items": n} if n else {"ok": 1}) for d, n in domains.items()}
+        finished = datetime(2026, 12, 1, hour, tzinfo=UTC)
+        return CrawlRecord(id_, None, state, [], {}, datetime(2026, 12, 1, tzinfo=UTC), finished, counts)  # type: ignore[arg-type]
+
+    domains = [f"d{i}.test" for i in range(6)]
+    crawls = [
+        crawl("c1", "finished", 1, {d: 10 for d in domains}),
+        crawl("c2", "finished", 4, {"d0.test": 5, "d1.test": 0, "d2.test": 7}),
+        crawl("c3", "cancelled", 6, {d: 9 for d in domains}),
+        crawl("c4", "finished", 3, {"d2.test": 8, "d3.test": 2}),
+        crawl("c5", "finished", 4, {"d0.test": 6}),  # as late as c2, listed after it: c2 is kept
+        crawl("c6", "finished", 8, {"d4.test": 3}),  # the one judged
+    ]
+    found = baselines(crawls, [*domains, "other.test"], besides="c6")
+    assert {d: c.id for d, (c, _) in found.items()} == {
+        "d0.test": "c2",
+        "d1.test": "c1",  # c2 checked none of its pages
+        "d2.test": "c2",
+        "d3.test": "c4",
+        "d4.test": "c1",
+        "d5.test": "c1",
+    }
+    assert found["d2.test"][1].pages() == 7
+    for d in domains:
+        assert last_finished(crawls, d, besides="c6") is found[d][0]
