@@ -97,10 +97,19 @@ def _with_domains_file(config: CrawlConfig, raw: dict[str, Any], base: Path) -> 
                 "recrawl scheduler does not refresh: set `recrawl: null` in domains_file.template, "
                 "or raise max_domain_queues to queue each"
             )
-        return config.with_layout(frozenset(listed))
+        return _webhooks_known(config.with_layout(frozenset(listed)), path)
     # The template's one instance for every domain, kept as it is: their rules are merged once.
     domains = {**(raw.get("domains") or {}), **dict.fromkeys(listed, spec.template)}
-    return CrawlConfig.model_validate({**raw, "domains": domains})
+    return _webhooks_known(CrawlConfig.model_validate({**raw, "domains": domains}), path)
+
+
+def _webhooks_known(config: CrawlConfig, path: Path) -> CrawlConfig:
+    """`config`, if each webhook's `domains:` names domains it lists (the file's included)."""
+    for i in range(len(config.webhooks)):
+        unknown = config.webhook_strangers(i)
+        if unknown is not None:
+            raise ConfigError(f"{path}: {unknown}")
+    return config
 
 
 def yaml_error(exc: yaml.YAMLError) -> str:

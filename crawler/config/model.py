@@ -14,6 +14,7 @@ from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_
 
 from crawler.config.checks import Strict, nested_pair, valid_domain
 from crawler.config.rules import CONTENT_SECONDS, DomainRules, Rules
+from crawler.hosts.shown import shown
 from crawler.openweb import Discover, DnsConfig, PerIp
 
 
@@ -219,13 +220,21 @@ class CrawlConfig(Strict):
             if hook.url in seen:
                 raise ValueError(f"webhooks.{i}: {hook.url} is listed twice (a receiver is known by its URL)")
             seen.add(hook.url)
-            unknown = [d for d in hook.domains if d not in self.domains]
+            # With a domains file, once it is read (crawler/config/loading.py): it may list them.
+            unknown = self.webhook_strangers(i) if self.domains_file is None else None
             if unknown:
-                raise ValueError(
-                    f"webhooks.{i}.domains: not configured under `domains:`: {', '.join(unknown)}"
-                )
+                raise ValueError(unknown)
             self._webhook_address(i, hook)
         return self
+
+    def webhook_strangers(self, i: int) -> str | None:
+        """What is wrong with webhook `i`'s `domains:` if it names a domain not listed; else None."""
+        hook = self.webhooks[i]
+        unknown = [d for d in hook.domains if d not in self.domains and d not in self._layout]
+        if not unknown:
+            return None
+        where = "under `domains:` or in the domains file" if self.domains_file else "under `domains:`"
+        return f"webhooks.{i}.domains: not configured {where}: {shown(unknown)}"
 
     def _webhook_address(self, i: int, hook: Webhook) -> None:
         # A literal address is judged now; a name, when each delivery resolves it.

@@ -162,3 +162,28 @@ def test_a_crawl_of_listed_domains_past_the_line_uses_the_template_and_no_queue_
     made = queues(amqp_url)
     assert f"{prefix}.domain.a.test" in made and f"{prefix}.hosts.0" in made
     assert not [q for q in made if ".domain.b.test" in q or ".domain.c.test" in q], made
+
+
+@pytest.mark.parametrize("line", [10, 2], ids=["under the line", "past the line"])
+def test_a_webhook_may_name_the_domains_files_domains(tmp_path: Path, line: int) -> None:
+    hook = {"url": "https://hooks.example/", "secret": "s" * 32}
+    config = load_config(
+        write(
+            tmp_path,
+            "b.test\nc.test\n",
+            domains_file="shops.txt",
+            frontier={"max_domain_queues": line},
+            webhooks=[{**hook, "domains": ["a.test", "c.test"]}],
+        )
+    )
+    assert config.webhooks[0].wants("c.test", "new") and not config.webhooks[0].wants("b.test", "new")
+    with pytest.raises(ConfigError, match=r"shops\.txt: webhooks\.0\.domains: not configured under "):
+        load_config(
+            write(
+                tmp_path,
+                "b.test\nc.test\n",
+                domains_file="shops.txt",
+                frontier={"max_domain_queues": line},
+                webhooks=[{**hook, "domains": ["c.test", "d.test"]}],
+            )
+        )
