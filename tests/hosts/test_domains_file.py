@@ -12,7 +12,7 @@ import pytest
 import yaml
 from prometheus_client import generate_latest
 
-from crawler.config import load_config
+from crawler.config import CrawlConfig, load_config
 from crawler.errors import ConfigError
 from crawler.frontier.hosts import frontier_key, host_key
 from crawler.monitor.metrics import Metrics
@@ -166,24 +166,12 @@ def test_a_crawl_of_listed_domains_past_the_line_uses_the_template_and_no_queue_
 
 @pytest.mark.parametrize("line", [10, 2], ids=["under the line", "past the line"])
 def test_a_webhook_may_name_the_domains_files_domains(tmp_path: Path, line: int) -> None:
-    hook = {"url": "https://hooks.example/", "secret": "s" * 32}
-    config = load_config(
-        write(
-            tmp_path,
-            "b.test\nc.test\n",
-            domains_file="shops.txt",
-            frontier={"max_domain_queues": line},
-            webhooks=[{**hook, "domains": ["a.test", "c.test"]}],
-        )
-    )
+    def configured(*domains: str) -> CrawlConfig:
+        hook = {"url": "https://hooks.example/", "secret": "s" * 32, "domains": list(domains)}
+        lines, queues = "b.test\nc.test\n", {"max_domain_queues": line}
+        return load_config(write(tmp_path, lines, domains_file="shops.txt", frontier=queues, webhooks=[hook]))
+
+    config = configured("a.test", "c.test")
     assert config.webhooks[0].wants("c.test", "new") and not config.webhooks[0].wants("b.test", "new")
     with pytest.raises(ConfigError, match=r"shops\.txt: webhooks\.0\.domains: not configured under "):
-        load_config(
-            write(
-                tmp_path,
-                "b.test\nc.test\n",
-                domains_file="shops.txt",
-                frontier={"max_domain_queues": line},
-                webhooks=[{**hook, "domains": ["c.test", "d.test"]}],
-            )
-        )
+        configured("c.test", "d.test")
