@@ -81,11 +81,13 @@ def baselines(
 ) -> dict[str, tuple[Ended, Coverage]]:
     """Each of `domains`' last finished crawl (as `last_finished`) and its coverage there. Newest
     first, a domain is looked up only until found: a reading of 50,000 domains is not 50,000 scans."""
-    ended = [c for c in crawls if c.state == "finished" and c.id != besides and c.finished_at is not None]
+    ended = [
+        (c.finished_at, c) for c in crawls if c.state == "finished" and c.id != besides and c.finished_at
+    ]
     # Stable: of crawls that finished at the same time, the first listed is the one kept.
-    ended.sort(key=lambda c: c.finished_at or datetime.min, reverse=True)
+    ended.sort(key=lambda dated: dated[0], reverse=True)
     wanted, out = set(domains), {}
-    for crawl in ended:
+    for _, crawl in ended:
         if not wanted:
             break
         counts = crawl.counts or {}
