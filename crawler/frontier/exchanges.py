@@ -136,9 +136,17 @@ def retry_queue(names: Names, delay: float, frontier: FrontierConfig = CLASSIC) 
     )
 
 
+def backlog(frontier: FrontierConfig, args: dict[str, Any]) -> dict[str, Any]:
+    """`args` for a queue that holds the open web's backlog: on disk, not in the broker's memory.
+
+    A classic queue keeps ~0.7 KB a message in memory and blocks every publisher at its memory alarm;
+    lazy, ~10 bytes; quorum, ~150 bytes, its bodies on disk already (bench/README.md)."""
+    return args | {"x-queue-mode": "lazy"} if frontier.queue_type == "classic" else args
+
+
 def shard_queue(names: Names, shard: int, frontier: FrontierConfig = CLASSIC) -> Queue:
     """One of the queues discovered hosts share: it takes the keys ending in its shard's word."""
-    args = kind(frontier, names.dead)
+    args = backlog(frontier, kind(frontier, names.dead))
     if frontier.queue_type == "classic":
         args["x-max-priority"] = MAX_PRIORITY
     else:
@@ -150,7 +158,7 @@ def host_wait_queue(names: Names, seconds: float, frontier: FrontierConfig = CLA
     """No consumers: a discovered host's URL waits here `seconds`, then expires back to its shard."""
     return Queue(
         names.host_wait(seconds),
-        kind(frontier, names.frontier) | {"x-message-ttl": round(seconds * 1000)},
+        backlog(frontier, kind(frontier, names.frontier)) | {"x-message-ttl": round(seconds * 1000)},
         (Binding(names.retry, "", {"x-match": "all", HEADER_RETRY_TIER: host_wait_label(seconds)}),),
     )
 
@@ -218,8 +226,9 @@ async def declare(channel: AbstractChannel, topo: Topology) -> None:
     except ChannelPreconditionFailed as exc:
         raise CrawlerError(
             f"RabbitMQ refused the topology: {exc}. An exchange or queue of that name exists with "
-            "other arguments: if domains.yaml's frontier.queue_type changed, run `crawler frontier "
-            "migrate`; otherwise delete it in the management UI (or use another CRAWLER_PREFIX)"
+            "other arguments: if domains.yaml's frontier.queue_type changed, or a queue's mode differs "
+            "(the host layout's classic queues are lazy), run `crawler frontier migrate`; otherwise "
+            "delete it in the management UI (or use another CRAWLER_PREFIX)"
         ) from None
 
 

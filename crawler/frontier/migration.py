@@ -1,4 +1,5 @@
-"""Re-making the frontier's queues as another type (classic to quorum), moving their messages with confirms.
+"""Re-making the frontier's queues as another type or mode (classic to quorum, to lazy), moving their
+messages with confirms.
 
 Queue by queue: new publishes are bound to a holding queue, the old queue's messages are moved there
 (each acked only once its copy is confirmed), the queue is made again as configured, and the holding
@@ -24,6 +25,7 @@ from crawler.frontier.exchanges import (
     Binding,
     Queue,
     domain_queues,
+    host_queues,
     kept_queue,
     topology,
 )
@@ -39,11 +41,12 @@ TOPIC = aio_pika.ExchangeType.TOPIC
 
 @dataclass(frozen=True, slots=True)
 class QueueInfo:
-    """What the broker says of one queue: its type and its deliveries not yet acked."""
+    """What the broker says of one queue: its type, its mode and its deliveries not yet acked."""
 
     type: str
     unacked: int
     consumers: int
+    mode: str = "default"
 
 
 Inspect = Callable[[str], Awaitable[QueueInfo | None]]
@@ -80,8 +83,11 @@ def groups(config: CrawlConfig, names: Names, domains: Sequence[str] | None = No
     """What `config`'s frontier is made of, in the order it is re-made: shared queues, then domains."""
     declared = {q.name: q for q in topology(config, names).queues}
     shared = [names.dead, names.unrouted, *(names.retry_queue(d) for d in config.retry_tiers)]
-    if config.webhooks:  # consumed by every worker: re-made only while none runs
+    # The webhooks' queue and the host layout's shards are consumed by every worker: re-made only
+    # while none runs.
+    if config.webhooks:
         shared.append(names.webhooks)
+    shared += [q.name for q in host_queues(config, names)]
     out = [Group((declared[name],), (name,)) for name in shared]
     for d in sorted(config.domains) if domains is None else domains:
         wanted = domain_queues(names, d, config.frontier)
@@ -93,8 +99,12 @@ def _type(queue: Queue) -> str:
     return str(queue.arguments.get("x-queue-type", "classic"))
 
 
+def _mode(queue: Queue) -> str:
+    return str(queue.arguments.get("x-queue-mode", "default"))
+
+
 class Migration:
-    """Re-makes the queues whose type differs from the configuration's."""
+    """Re-makes the queues whose type or mode differs from the configuration's."""
 
     def __init__(
         self,
@@ -131,17 +141,19 @@ class Migration:
     def _needed(group: Group, found: dict[str, QueueInfo | None]) -> bool:
         if found[group.holding] is not None:
             return True  # an earlier run stopped half-way
-        wanted = {q.name: _type(q) for q in group.wanted}
+        wanted = {q.name: (_type(q), _mode(q)) for q in group.wanted}
         for name in group.old:
             info = found[name]
-            if (info is None) != (name not in wanted) or (info is not None and info.type != wanted[name]):
+            if (info is None) != (name not in wanted):
+                return True
+            if info is not None and (info.type, info.mode) != wanted[name]:
                 return True
         return False
 
     async def _remake(self, group: Group, found: dict[str, QueueInfo | None]) -> int:
         present = [name for name in group.old if found[name] is not None]
         bindings = _bindings(group)
-        await self._settled(present)
+        await self._settled(present, group.domain)
         # The holding queue takes what is published from now on, and the old queues' messages. Each
         # phase has a channel of its own: RabbitMQ 3.10 fails a channel that publishes to a queue it
         # read from under the same name as another type.
@@ -174,7 +186,8 @@ class Migration:
             await _emptied(ch, holding, outbound)
             await outbound.delete()
         made = ", ".join(q.name for q in group.wanted)
-        log.info("re-made %s as %s: %d message(s) moved", made, _type(group.wanted[0]), moved)
+        how = _type(group.wanted[0]) + (" (lazy)" if _mode(group.wanted[0]) == "lazy" else "")
+        log.info("re-made %s as %s: %d message(s) moved", made, how, moved)
         return moved
 
     @asynccontextmanager
@@ -185,25 +198,31 @@ class Migration:
         finally:
             await channel.close()
 
-    async def _settled(self, names: Sequence[str]) -> None:
-        """Wait until no consumer holds a delivery of `names` (their domain is paused)."""
+    async def _settled(self, names: Sequence[str], domain: str | None) -> None:
+        """Wait until no consumer holds a delivery of `names` (their `domain` is paused; a queue of
+        no domain waits for its workers to stop)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SETTLE_WITHIN
         next_word = loop.time() + 5
+        why = (
+            "its domain is paused: is a worker stuck?"
+            if domain is not None
+            else "every worker consumes it: stop them first (SIGTERM, or scale to 0)."
+        )
         while True:
             infos = [await self._inspect(n) for n in names]
             busy = [(n, i) for n, i in zip(names, infos, strict=True) if i and (i.consumers or i.unacked)]
             if not busy:
                 return
+            name, info = busy[0]
             if loop.time() >= next_word:
                 next_word = loop.time() + 10
-                log.info("waiting for %s: %s", ", ".join(n for n, _ in busy), busy[0][1])
+                log.info("waiting for %s: %s; %s", ", ".join(n for n, _ in busy), info, why)
             if loop.time() > deadline:
-                name, info = busy[0]
                 raise MigrationFailed(
                     f"queue {name} still has {info.consumers} consumer(s) and {info.unacked} delivery(ies) "
-                    f"not acked after {SETTLE_WITHIN:g}s of its domain paused: is a worker stuck? "
-                    "Nothing was moved from it; run the migration again"
+                    f"not acked after {SETTLE_WITHIN:g}s and {why} Nothing was moved from it; run the "
+                    "migration again"
                 )
             await asyncio.sleep(POLL)
 

@@ -19,7 +19,8 @@ from crawler.settings import Settings
 
 
 async def migrate_frontier(settings: Settings, config: CrawlConfig, domains: Sequence[str] | None) -> Moved:
-    """Re-make every queue of the frontier (of `domains`, if given) whose type is not the configured one."""
+    """Re-make every queue of the frontier (of `domains`, if given) whose type or mode is not the
+    configured one."""
     base, vhost, auth = management_url(settings.amqp_url, settings.management_url)
     async with (
         connections.broker(settings.amqp_url, "crawler frontier migrate") as connection,
@@ -45,6 +46,7 @@ async def migrate_frontier(settings: Settings, config: CrawlConfig, domains: Seq
                 str(q.get("type", "classic")),
                 int(q.get("messages_unacknowledged", 0)),
                 int(q.get("consumers", 0)),
+                str((q.get("arguments") or {}).get("x-queue-mode", "default")),
             )
 
         async def resume(domain: str) -> None:
