@@ -199,6 +199,12 @@ class FleetKeys:
         """Redis string set once the paused set was read from the database: gone, Redis lost it."""
         return f"{self.prefix}:paused:known"
 
+    @property
+    def alerting_key(self) -> str:
+        """Redis string held by the one worker reading the current crawls' coverage for alerts this
+        interval; it expires with the interval."""
+        return f"{self.prefix}:alerting"
+
     def worker_key(self, worker: str) -> str:
         """Redis string of one live worker's heartbeat; it expires when the worker stops beating."""
         return f"{self.prefix}:worker:{worker}"
