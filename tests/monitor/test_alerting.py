@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import Counter
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from crawler.names import Names
 from crawler.sink.crawls import CrawlStore
 from crawler.sink.database import Database
 from crawler.sink.sql import migrate
+from crawler.worker.background import background
 from tests.support.wait import until
 
 EVERY = 0.1
@@ -44,16 +44,10 @@ async def test_of_three_workers_one_reads_the_coverage_each_interval(
         state, store = CrawlState(redis, names), CrawlStore(database)
         workers = [Counted(connection, redis, names, state, store, lambda: config) for _ in range(3)]
         began = loop.time()
-        tasks = [asyncio.create_task(w.run(EVERY)) for w in workers]
-        try:
+        async with background(*(w.run(EVERY) for w in workers)):
             await until(lambda: readings.total() >= 20, within=30, what="20 readings")
             took = loop.time() - began
             total = readings.total()
-        finally:
-            for task in tasks:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
     database.close()
     # Each reading holds the lease LEASE_SHARE of an interval: however the three are scheduled, no
     # more readings than that allows (each worker reading every interval would make three times as many).
