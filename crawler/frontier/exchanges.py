@@ -144,6 +144,11 @@ def backlog(frontier: FrontierConfig, args: dict[str, Any]) -> dict[str, Any]:
     return args | {"x-queue-mode": "lazy"} if frontier.queue_type == "classic" else args
 
 
+def queue_mode(arguments: Arguments) -> str:
+    """A queue's mode from its arguments (a spec's, or the broker's): `lazy`, or `default` if unset."""
+    return str(arguments.get("x-queue-mode", "default"))
+
+
 def shard_queue(names: Names, shard: int, frontier: FrontierConfig = CLASSIC) -> Queue:
     """One of the queues discovered hosts share: it takes the keys ending in its shard's word."""
     args = backlog(frontier, kind(frontier, names.dead))

@@ -27,6 +27,7 @@ from crawler.frontier.exchanges import (
     domain_queues,
     host_queues,
     kept_queue,
+    queue_mode,
     topology,
 )
 from crawler.names import Names
@@ -99,10 +100,6 @@ def _type(queue: Queue) -> str:
     return str(queue.arguments.get("x-queue-type", "classic"))
 
 
-def _mode(queue: Queue) -> str:
-    return str(queue.arguments.get("x-queue-mode", "default"))
-
-
 class Migration:
     """Re-makes the queues whose type or mode differs from the configuration's."""
 
@@ -141,7 +138,7 @@ class Migration:
     def _needed(group: Group, found: dict[str, QueueInfo | None]) -> bool:
         if found[group.holding] is not None:
             return True  # an earlier run stopped half-way
-        wanted = {q.name: (_type(q), _mode(q)) for q in group.wanted}
+        wanted = {q.name: (_type(q), queue_mode(q.arguments)) for q in group.wanted}
         for name in group.old:
             info = found[name]
             if (info is None) != (name not in wanted):
@@ -186,7 +183,7 @@ class Migration:
             await _emptied(ch, holding, outbound)
             await outbound.delete()
         made = ", ".join(q.name for q in group.wanted)
-        how = _type(group.wanted[0]) + (" (lazy)" if _mode(group.wanted[0]) == "lazy" else "")
+        how = _type(group.wanted[0]) + (" (lazy)" if queue_mode(group.wanted[0].arguments) == "lazy" else "")
         log.info("re-made %s as %s: %d message(s) moved", made, how, moved)
         return moved
 

@@ -13,6 +13,7 @@ from crawler.config import CrawlConfig
 from crawler.errors import ServiceUnavailable
 from crawler.frontier.client import declare_topology
 from crawler.frontier.crawls import CrawlState
+from crawler.frontier.exchanges import queue_mode
 from crawler.frontier.migration import Migration, Moved, QueueInfo, groups
 from crawler.monitor.status import management_url
 from crawler.settings import Settings
@@ -46,7 +47,7 @@ async def migrate_frontier(settings: Settings, config: CrawlConfig, domains: Seq
                 str(q.get("type", "classic")),
                 int(q.get("messages_unacknowledged", 0)),
                 int(q.get("consumers", 0)),
-                str((q.get("arguments") or {}).get("x-queue-mode", "default")),
+                queue_mode(q.get("arguments") or {}),
             )
 
         async def resume(domain: str) -> None:
