@@ -169,7 +169,8 @@ async def _recrawling(
             await scheduler.make_due(domains)
         await scheduler.read_sitemaps(domains, every=True)
         stop = asyncio.Event()
-        task = asyncio.create_task(scheduler.run(stop, domains))
+        # Due pages of the host layout's domains too (they have no queue to name them by).
+        task = asyncio.create_task(scheduler.run(stop, None if which == "due" else domains))
         try:
             yield scheduler.pending
         finally:

@@ -90,13 +90,6 @@ def _with_domains_file(config: CrawlConfig, raw: dict[str, Any], base: Path) -> 
             "list only one of them"
         )
     if len(config.domains) + len(listed) > config.frontier.max_domain_queues:
-        if config.file_rules.recrawls:
-            raise ConfigError(
-                f"{path}: {len(listed)} domains, past frontier.max_domain_queues "
-                f"({config.frontier.max_domain_queues}), share the host layout's queues, which the "
-                "recrawl scheduler does not refresh: set `recrawl: null` in domains_file.template, "
-                "or raise max_domain_queues to queue each"
-            )
         return _webhooks_known(config.with_layout(frozenset(listed)), path)
     # The template's one instance for every domain, kept as it is: their rules are merged once.
     domains = {**(raw.get("domains") or {}), **dict.fromkeys(listed, spec.template)}

@@ -324,6 +324,17 @@ class CrawlConfig(Strict):
         return domain in self._layout or self.discovered(domain)
 
     @property
+    def layout_recrawls(self) -> tuple[Rules, ...]:
+        """The rules of the host layout's kinds of domain whose pages recrawl: a domains file's past
+        the line, discovered hosts; none if neither recrawls."""
+        kinds = []
+        if self._layout and self.file_rules.recrawls:
+            kinds.append(self.file_rules)
+        if self.discover.follow == "all" and self.host_rules.recrawls:
+            kinds.append(self.host_rules)
+        return tuple(kinds)
+
+    @property
     def host_layout(self) -> bool:
         """Whether the host layout's shard queues are in use."""
         return self.discover.follow == "all" or bool(self._layout)

@@ -37,6 +37,9 @@ HOST_SHARD_WORD = "~s"
 DISCOVERED_LABEL = "~discovered"
 # The one `domain` label value of every domain of a domains file served by the host layout.
 LISTED_LABEL = "~listed"
+# The one `domain` label value of the scheduler's metrics for every domain the host layout serves,
+# listed and discovered alike: it claims their due pages in one.
+LAYOUT_LABEL = "~layout"
 
 
 def host_wait_label(seconds: float) -> str:

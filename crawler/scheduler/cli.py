@@ -142,9 +142,10 @@ async def _serve(db: Database, settings: Settings, config: CrawlConfig, args: ar
             stop = asyncio.Event()
             where = f"; metrics on http://{args.metrics_addr}:{server.port}/metrics" if server else ""
             log.info(
-                "crawler-scheduler ready: %d domain(s) recrawl, %gs of their rates queued ahead, "
+                "crawler-scheduler ready: %d domain(s)%s recrawl, %gs of their rates queued ahead, "
                 "leases of %gs (%s)%s",
                 len(scheduler.recrawling()),
+                " and the host layout's" if config.layout_recrawls else "",
                 timing.ahead,
                 timing.lease,
                 redact(settings.amqp_url),

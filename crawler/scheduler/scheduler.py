@@ -7,6 +7,11 @@ confirms. A page whose message is lost (a publish not confirmed, a queue purged)
 lease ends, and is published again then. A domain whose queue already holds its `ahead` seconds of
 work gets nothing this pass: 1 million due pages of a site at 1 request/s stay in the database,
 not in the broker.
+
+The domains the host layout serves (a domains file's past the line, discovered hosts) have no queue
+each: their due pages are claimed in one, into the layout's shards while those hold under `layout`
+messages, the longest due first and no domain more than its rate for `ahead` seconds within any
+`ahead` seconds (per scheduler).
 """
 
 from __future__ import annotations
@@ -21,11 +26,11 @@ from datetime import UTC, datetime, timedelta
 
 from crawler.config import CrawlConfig, Recrawl
 from crawler.frontier.client import Connection
-from crawler.frontier.depths import queued
+from crawler.frontier.depths import queued, queued_in_layout
 from crawler.frontier.publisher import Publisher
 from crawler.frontier.recrawl import refresh_outgoing
 from crawler.frontier.sitemaps import find_task, new_round
-from crawler.names import Names
+from crawler.names import LAYOUT_LABEL, Names
 from crawler.scheduler.metrics import SchedulerMetrics
 from crawler.sink.schedule import Backlog, Due, Schedule
 
@@ -38,6 +43,9 @@ BATCH = 1_000  # pages claimed and published at once
 POLL = 1.0  # seconds between passes that published nothing
 BACKLOG_EVERY = 15.0  # seconds between reads of the backlog (the due gauges)
 SITEMAPS_EVERY = 60.0  # seconds between looks for origins whose sitemaps are due to be read again
+# Refreshes the host layout's queues may hold before a pass adds more: every domain it serves shares
+# them, so no domain's rate sizes them.
+LAYOUT_QUEUED = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +57,7 @@ class Timing:
     batch: int = BATCH
     poll: float = POLL
     sitemaps: float = SITEMAPS_EVERY
+    layout: int = LAYOUT_QUEUED
 
 
 DEFAULT_TIMING = Timing()
@@ -78,6 +87,8 @@ class Scheduler:
         self._metrics = metrics or SchedulerMetrics()
         self._clock = clock
         self._pending = True  # until a pass found nothing left to publish
+        # The host layout's domains given refreshes lately: domain -> (when its window began, how many)
+        self._spread: dict[str, tuple[datetime, int]] = {}
 
     def recrawling(self) -> list[str]:
         """The configured domains that recrawl (some of their pages, at least)."""
@@ -85,8 +96,14 @@ class Scheduler:
         return sorted(d for d, rules in config.rules.items() if rules.recrawls)
 
     async def publish_due(self, domains: Sequence[str] | None = None) -> dict[str, int]:
-        """One pass: publish what is due in `domains` (default: those that recrawl), each within its
-        room; how many were published per domain."""
+        """One pass: publish what is due in `domains` (default: those that recrawl, and the host
+        layout's), each within its room; how many were published per domain."""
+        published = await self._publish_listed(domains)
+        if domains is None:
+            published.update(await self._publish_layout())
+        return published
+
+    async def _publish_listed(self, domains: Sequence[str] | None) -> dict[str, int]:
         published: dict[str, int] = {}
         chosen = list(domains or self.recrawling())
         depths = await queued(self._connection, self._names, self._config().frontier, chosen)
@@ -101,8 +118,43 @@ class Scheduler:
                 if not due:
                     break
                 sent = await self._publish(domain, due)
-                published[domain] = published.get(domain, 0) + sent
+                published[domain] = published.get(domain, 0) + len(sent)
                 room -= len(due)
+        return published
+
+    async def _publish_layout(self) -> dict[str, int]:
+        """Claim and publish a batch of the host layout's due pages, within its room and each
+        domain's share; how many per domain."""
+        config = self._config()
+        kinds = config.layout_recrawls
+        if not kinds:
+            return {}
+        room = self._timing.layout - await queued_in_layout(self._connection, self._names, config)
+        if room <= 0:
+            return {}
+        now = self._clock()
+        ahead = self._timing.ahead
+        self._spread = {d: w for d, w in self._spread.items() if (now - w[0]).total_seconds() < ahead}
+        full = [d for d, (_, n) in self._spread.items() if n >= _share(config.rules_for(d).rate, ahead)]
+        due = await asyncio.to_thread(
+            self._schedule.claim_spread,
+            [*config.rules, *full],
+            _share(min(k.rate for k in kinds), ahead),
+            min(room, self._timing.batch),
+            now,
+            now + timedelta(seconds=self._timing.lease),
+        )
+        # A domain of a kind whose recrawl was turned off since its pages were scheduled.
+        off = [d.url for d in due if not config.rules_for(d.domain).recrawls]
+        if off:
+            await asyncio.to_thread(self._schedule.unschedule, off)
+        wanted = [d for d in due if config.rules_for(d.domain).recrawls]
+        for d in wanted:
+            began, n = self._spread.get(d.domain, (now, 0))
+            self._spread[d.domain] = (began, n + 1)
+        published: dict[str, int] = {}
+        for d in await self._publish(LAYOUT_LABEL, wanted) if wanted else []:
+            published[d.domain] = published.get(d.domain, 0) + 1
         return published
 
     def pending(self) -> bool:
@@ -176,11 +228,18 @@ class Scheduler:
                     await asyncio.wait_for(stop.wait(), self._timing.poll)
 
     async def read_backlog(self, domains: Sequence[str] | None = None) -> int:
-        """Read how many pages are due per domain into the gauges; how many are due in all."""
-        domains = domains or self.recrawling()
+        """Read how many pages are due per domain (the host layout's under one label) into the
+        gauges; how many are due in all."""
+        chosen = list(domains or self.recrawling())
         now = self._clock()
-        backlog = await self.backlog(domains)
-        self._metrics.backlog(domains, backlog, now)
+        backlog = await self.backlog(chosen)
+        config = self._config()
+        if domains is None and config.layout_recrawls:
+            chosen.append(LAYOUT_LABEL)
+            backlog[LAYOUT_LABEL] = await asyncio.to_thread(
+                self._schedule.backlog_outside, list(config.rules), now
+            )
+        self._metrics.backlog(chosen, backlog, now)
         return sum(b.due for b in backlog.values())
 
     async def backlog(self, domains: Sequence[str]) -> dict[str, Backlog]:
@@ -190,15 +249,16 @@ class Scheduler:
     def _room(self, domain: str, queued: int) -> int:
         """How many more of `domain`'s pages to queue: its rate times `ahead`, less the `queued` ones."""
         rules = self._config().rules_for(domain)
-        wanted = math.ceil(rules.rate * self._timing.ahead)
-        return max(0, wanted - queued)
+        return max(0, _share(rules.rate, self._timing.ahead) - queued)
 
-    async def _publish(self, domain: str, due: Sequence[Due]) -> int:
-        """Publish claimed pages; those not confirmed stay leased, and are published again after it."""
+    async def _publish(self, domain: str, due: Sequence[Due]) -> list[Due]:
+        """Publish claimed pages of `domain` (a label, for the host layout's); those confirmed.
+        Those not stay leased, and are published again after it."""
         config = self._config()
         outgoing = [refresh_outgoing(d, config) for d in due]
         outcomes = await self._publisher.publish(outgoing)
-        failed = sum(1 for o in outcomes if o is not None)
+        sent = [d for d, o in zip(due, outcomes, strict=True) if o is None]
+        failed = len(due) - len(sent)
         if failed:
             log.warning(
                 "%s: %d of %d refreshes not confirmed by RabbitMQ: published again when their lease "
@@ -208,6 +268,10 @@ class Scheduler:
                 len(due),
                 self._timing.lease,
             )
-        sent = len(due) - failed
-        self._metrics.published(domain, sent)
+        self._metrics.published(domain, len(sent))
         return sent
+
+
+def _share(rate: float, ahead: float) -> int:
+    """The refreshes a domain at `rate` pages/s is given within `ahead` seconds: at least one."""
+    return max(1, math.ceil(rate * ahead))

@@ -74,6 +74,45 @@ class Schedule:
         rows = self._run("claiming due pages", lambda conn: conn.execute(stmt).all(), write=True)
         return [_claimed(row) for row in rows]
 
+    def claim_spread(
+        self, outside: Collection[str], per_domain: int, limit: int, now: datetime, lease_until: datetime
+    ) -> list[Due]:
+        """Up to `limit` pages due at `now` of any domain but those `outside`, at most `per_domain` of
+        each, the longest due first, leased until `lease_until`: the host layout's, one claim for
+        every domain it serves."""
+        if limit <= 0 or per_domain <= 0:
+            return []
+        due = Page.next_fetch_at <= now.astimezone(UTC)
+        ranked = (
+            select(
+                Page.id,
+                Page.next_fetch_at,
+                func.row_number()
+                .over(partition_by=Page.domain, order_by=(Page.next_fetch_at, Page.id))
+                .label("n"),
+            )
+            .where(Page.domain.not_in(list(outside)), due, *_live())
+            .subquery()
+        )
+        chosen = (
+            select(ranked.c.id).where(ranked.c.n <= per_domain).order_by(ranked.c.next_fetch_at).limit(limit)
+        )
+        # No FOR UPDATE beside a window; a row another claim leased meanwhile fails `due` when
+        # PostgreSQL checks it again under its lock, so it is claimed once all the same.
+        stmt = (
+            update(Page)
+            .where(Page.id.in_(chosen.scalar_subquery()), due)
+            .values(next_fetch_at=lease_until.astimezone(UTC))
+            .returning(*_DUE)
+        )
+        rows = self._run("claiming due pages", lambda conn: conn.execute(stmt).all(), write=True)
+        return [_claimed(row) for row in rows]
+
+    def unschedule(self, urls: Collection[str]) -> None:
+        """Take the pages at `urls` off the schedule (their domain's recrawl is off now)."""
+        stmt = update(Page).where(Page.url.in_(list(urls))).values(next_fetch_at=None)
+        self._run("unscheduling pages", lambda conn: conn.execute(stmt), write=True)
+
     def claim_modified(
         self, modified: Mapping[str, datetime], now: datetime, lease_until: datetime
     ) -> list[Due]:
@@ -144,6 +183,13 @@ class Schedule:
         stmt = select(Page.domain, func.count(), func.min(Page.next_fetch_at)).where(*_due(domains, now))
         rows = self._run("reading the backlog", lambda conn: conn.execute(stmt.group_by(Page.domain)).all())
         return {domain: Backlog(n, _utc(oldest)) for domain, n, oldest in rows}
+
+    def backlog_outside(self, outside: Collection[str], now: datetime) -> Backlog:
+        """The pages due at `now` of any domain but those `outside` (the host layout's), in one."""
+        due = (Page.domain.not_in(list(outside)), Page.next_fetch_at <= now.astimezone(UTC), *_live())
+        stmt = select(func.count(), func.min(Page.next_fetch_at)).where(*due)
+        n, oldest = self._run("reading the backlog", lambda conn: conn.execute(stmt).one())
+        return Backlog(int(n), _utc(oldest))
 
     def found(self, domains: Collection[str]) -> dict[str, dict[str, int]]:
         """Per domain, its pages by what their last fetch found (new, changed, not_modified, ...)."""

@@ -85,11 +85,6 @@ def test_past_the_line_the_domains_share_one_metrics_label(tmp_path: Path) -> No
         ("b.test\na.test\n", {}, r"shops.txt:2: 'a.test' is listed under `domains:` too"),
         ("b.test\n\nshop.a.test\n", {}, r"shops.txt:3: 'shop.a.test' lies inside 'a.test'"),
         ("x.b.test\nb.test\n", {}, r"shops.txt:1: 'x.b.test' lies inside 'b.test'"),
-        (
-            "b.test\nc.test\n",
-            {"recrawl": {"every": "1d"}},
-            r"shops.txt: 2 domains, past frontier.max_domain_queues",
-        ),
     ],
 )
 def test_a_bad_domains_file_is_named_by_file_and_line(

@@ -1,0 +1,131 @@
+"""Recrawl of the domains the host layout serves, against the real services: a domains file's past the
+line and discovered hosts, claimed in one, each within its share, and claimed once by two schedulers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+import yaml
+
+from crawler import connections
+from crawler.config import load_config
+from crawler.frontier.exchanges import host_queues
+from crawler.names import Names
+from crawler.scheduler.running import scheduling
+from crawler.scheduler.scheduler import Timing
+from crawler.sink import sql
+from crawler.worker import wiring
+from demo.site import serve
+from tests.hosts.test_layout import pages, sites
+from tests.scheduler.test_recrawl import queued, rows, stored_due
+from tests.support.services import run, settings_for
+
+
+def _all_due(database_url: str) -> None:
+    engine = sa.create_engine(sql.engine_url(database_url))
+    try:
+        with engine.begin() as conn:
+            page = sql.Page.__table__
+            conn.execute(page.update().values(next_fetch_at=datetime.now(UTC) - timedelta(minutes=5)))
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.timeout(120)
+async def test_a_domains_files_domains_and_discovered_hosts_recrawl_each_within_its_share(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str
+) -> None:
+    served = sites(
+        {
+            "a.test": ("127.0.0.21", {"/": ["b.test/", "c.test/"]}),
+            "b.test": ("127.0.0.61", {"/": ["b.test/1", "b.test/2"], "/1": [], "/2": []}),
+            "c.test": ("127.0.0.62", {"/": ["c.test/1"], "/1": []}),
+        }
+    )
+    (tmp_path / "shops.txt").write_text("b.test\nx.test\n")  # past the line: the host layout's
+    config_path = tmp_path / "d.yaml"
+    config_path.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"retry_delays": [0.2], "sitemaps": False, "recrawl": {"every": "1h"}},
+                "resolve": {s.host: s.ip for s in served.values()},
+                "allow_private_networks": True,
+                "frontier": {"max_domain_queues": 2},
+                "domains": {"a.test": {}},
+                "domains_file": {"path": "shops.txt", "template": {"rate": 0.1, "burst": 5}},
+                "discover": {"follow": "all", "allow": [".test"], "host": {"rate": 20, "burst": 5}},
+            }
+        )
+    )
+    settings = settings_for(amqp_url, prefix, sqlite_url, config_path)
+    config = load_config(config_path)
+    assert config.layout_domains == {"b.test", "x.test"} and config.discovered("c.test")
+    with serve(*served.values()):
+        crawled = await asyncio.to_thread(run, "crawler", ["crawl", served["a.test"].url()], settings)
+        assert crawled.returncode == 0, crawled.stderr
+        await asyncio.to_thread(_all_due, sqlite_url)
+        for site in served.values():
+            site.requests.clear()
+        # b.test at 0.1 pages/s gets 2 refreshes in 20 s, whatever the layout's room; c.test at 20
+        # pages/s gets all it has.
+        timing = Timing(ahead=20)
+        async with (
+            connections.broker(settings.amqp_url, "test scheduler") as connection,
+            scheduling(settings, lambda: config, connection, timing=timing) as scheduler,
+        ):
+            assert await scheduler.publish_due() == {"a.test": 1, "b.test": 2, "c.test": 2}
+            assert await scheduler.publish_due() == {}  # b.test has had its share for 20 s
+            assert await scheduler.read_backlog() == 1  # b.test's third page, still due
+        await wiring.consume(settings, config, burst=True)
+    assert sorted(pages(served["c.test"])) == ["/", "/1"]
+    assert len(pages(served["b.test"])) == 2 and pages(served["a.test"]) == ["/"]
+    found = Counter((r["domain"], r["found"]) for r in rows(sqlite_url).values())
+    assert found == {
+        ("a.test", "same_signature"): 1,
+        ("b.test", "same_signature"): 2,
+        ("b.test", "new"): 1,
+        ("c.test", "same_signature"): 2,
+    }
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
+async def test_two_schedulers_claim_each_of_the_layouts_due_pages_once(
+    tmp_path: Path, amqp_url: str, prefix: str, database_url: str
+) -> None:
+    config_path = tmp_path / "d.yaml"
+    config_path.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"recrawl": {"every": "1h"}},
+                "domains": {"a.test": {}},
+                "discover": {"follow": "all", "host": {"rate": 100, "burst": 5}},
+            }
+        )
+    )
+    settings = settings_for(amqp_url, prefix, database_url, config_path)
+    config = load_config(config_path)
+    past = datetime.now(UTC) - timedelta(minutes=5)
+    for i in range(20):
+        await stored_due(database_url, f"h{i}.test", 30, past)
+    timing = Timing(batch=50)  # many small claims, so the two interleave
+    async with (
+        connections.broker(settings.amqp_url, "test scheduler 1") as one,
+        connections.broker(settings.amqp_url, "test scheduler 2") as two,
+        scheduling(settings, lambda: config, one, timing=timing) as first,
+        scheduling(settings, lambda: config, two, timing=timing) as second,
+    ):
+        published: Counter[str] = Counter()
+        while any(passes := await asyncio.gather(first.publish_due(), second.publish_due())):
+            for p in passes:
+                published.update(p)
+    assert published == {f"h{i}.test": 30 for i in range(20)}
+    urls = []
+    for queue in host_queues(config, Names(prefix)):
+        urls += [m.url for m in await queued(amqp_url, queue.name) if m.refresh is not None]
+    assert len(urls) == len(set(urls)) == 600
