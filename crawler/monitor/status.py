@@ -129,6 +129,8 @@ class DiscoveredStatus:
     top: list[TopHost]
     crawls: int  # crawls whose hosts are counted
     listed: int  # a domains file's domains the host layout serves (past frontier.max_domain_queues)
+    due: int = 0  # the host layout's stored pages due for a refresh now, of every domain it serves
+    overdue_seconds: float | None = None  # how long the oldest of them has waited (None: none due)
 
 
 def _summed(name: str, found: Sequence[QueueDepth]) -> QueueDepth:
@@ -142,9 +144,16 @@ def _summed(name: str, found: Sequence[QueueDepth]) -> QueueDepth:
 
 
 def discovered_status(
-    config: CrawlConfig, names: Names, counts: HostCounts, depths: dict[str, QueueDepth]
+    config: CrawlConfig,
+    names: Names,
+    counts: HostCounts,
+    depths: dict[str, QueueDepth],
+    due: Backlog | None = None,
+    now: datetime | None = None,
 ) -> DiscoveredStatus:
-    """The discovered hosts' summary from their counts and the queue depths read."""
+    """The discovered hosts' summary from their counts, the queue depths and the layout's due pages
+    read at `now`."""
+    oldest = due.oldest if due is not None else None
     shards = [depths.get(names.host_shard(s)) for s in range(config.discover.shards)]
     waits = [depths.get(names.host_wait(w)) for w in HOST_WAITS]
     return DiscoveredStatus(
@@ -158,6 +167,8 @@ def discovered_status(
         counts.top,
         counts.crawls,
         len(config.layout_domains),
+        due.due if due is not None else 0,
+        round((now - oldest).total_seconds(), 1) if oldest is not None and now is not None else None,
     )
 
 
@@ -239,12 +250,13 @@ class _Stored:
     recent: dict[str, int]
     credits: dict[str, float]
     backlog: dict[str, Backlog]
+    layout: Backlog | None  # the host layout's due pages, if it serves pages that recrawl
     found: dict[str, dict[str, int]]
     sitemaps: dict[str, dict[str, int]]
     crawls: list[CrawlRecord]
 
 
-def _stored(database: Database, domains: list[str]) -> _Stored:
+def _stored(database: Database, config: CrawlConfig, domains: list[str]) -> _Stored:
     check_schema(database)  # a status read creates nothing
     sink, schedule, sitemaps = Sink(database), Schedule(database), SitemapStore(database)
     now = datetime.now(UTC)
@@ -254,6 +266,7 @@ def _stored(database: Database, domains: list[str]) -> _Stored:
         sink.counts_since(since),
         sink.credits(),
         schedule.backlog(domains, now),
+        schedule.backlog_outside(list(config.rules), now) if config.layout_recrawls else None,
         schedule.found(domains),
         sitemaps.totals(domains),
         CrawlStore(database).list(None, None),
@@ -316,7 +329,7 @@ async def status(
     # is open, so the failure is one line and the program ends.
     (depths, source), stored, found, counts = await together(
         queue_depths(settings, queues + extra + hosts, connection),
-        asyncio.to_thread(_stored, database, chosen),
+        asyncio.to_thread(_stored, database, config, chosen),
         _workers(settings),
         _host_counts(settings),
     )
@@ -331,7 +344,7 @@ async def status(
         "pages_per_second": round(sum(stored.recent.values()) / RATE_WINDOW, 2),
         "workers": found,
         "quality_alerts": alerts,
-        "discovered": asdict(discovered_status(config, names, counts, depths)),
+        "discovered": asdict(discovered_status(config, names, counts, depths, stored.layout, now)),
     }
 
 
@@ -414,7 +427,12 @@ def _hosts_line(data: dict[str, Any]) -> list[str]:
         return []
     counts = ", ".join(f"{hosts[k]} {k}" for k in ("known", "active", "waiting", "parked"))
     listed = f"; the host layout serves {hosts['listed']} listed domains too" if hosts.get("listed") else ""
-    return [f"discovered hosts: {counts} (over {hosts['crawls']} crawl(s)){listed}"]
+    due = ""
+    if hosts.get("due"):
+        due = (
+            f"; {hosts['due']} of its pages due for a refresh, the oldest for {hosts['overdue_seconds']:.0f}s"
+        )
+    return [f"discovered hosts: {counts} (over {hosts['crawls']} crawl(s)){listed}{due}"]
 
 
 def _top_rows(data: dict[str, Any]) -> list[list[str]]:

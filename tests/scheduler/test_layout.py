@@ -15,6 +15,7 @@ import yaml
 from crawler import connections
 from crawler.config import load_config
 from crawler.frontier.exchanges import host_queues
+from crawler.monitor.status import status
 from crawler.names import Names
 from crawler.scheduler.running import scheduling
 from crawler.scheduler.scheduler import Timing
@@ -81,6 +82,7 @@ async def test_a_domains_files_domains_and_discovered_hosts_recrawl_each_within_
             assert await scheduler.publish_due() == {"a.test": 1, "b.test": 2, "c.test": 2}
             assert await scheduler.publish_due() == {}  # b.test has had its share for 20 s
             assert await scheduler.read_backlog() == 1  # b.test's third page, still due
+        assert (await status(settings, config))["discovered"]["due"] == 1
         await wiring.consume(settings, config, burst=True)
     assert sorted(pages(served["c.test"])) == ["/", "/1"]
     assert len(pages(served["b.test"])) == 2 and pages(served["a.test"]) == ["/"]
