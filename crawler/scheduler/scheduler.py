@@ -236,11 +236,14 @@ class Scheduler:
         config = self._config()
         if domains is None and config.layout_recrawls:
             chosen.append(LAYOUT_LABEL)
-            backlog[LAYOUT_LABEL] = await asyncio.to_thread(
-                self._schedule.backlog_outside, list(config.rules), now
-            )
+            backlog[LAYOUT_LABEL] = await self.layout_backlog()
         self._metrics.backlog(chosen, backlog, now)
         return sum(b.due for b in backlog.values())
+
+    async def layout_backlog(self) -> Backlog:
+        """The host layout's pages due now, of every domain it serves, in one."""
+        listed = list(self._config().rules)
+        return await asyncio.to_thread(self._schedule.backlog_outside, listed, self._clock())
 
     async def backlog(self, domains: Sequence[str]) -> dict[str, Backlog]:
         """Per domain of `domains` with pages due now: how many, and since when the oldest."""

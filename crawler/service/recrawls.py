@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from crawler.config import CrawlConfig
 from crawler.frontier.client import Frontier
+from crawler.names import LAYOUT_LABEL
 from crawler.scheduler.running import scheduling
 from crawler.service.domains import configured
 from crawler.settings import Settings
@@ -15,8 +16,9 @@ from crawler.worker import wiring
 
 @dataclass(frozen=True, slots=True)
 class RecrawlView:
-    """What a recrawl did per domain: pages published now, and pages still due (published later,
-    as the domain's queue makes room: by crawler-scheduler, or the next recrawl)."""
+    """What a recrawl did per domain (the host layout's domains as one, `~layout`): pages published
+    now, and pages still due (published later, as the domain's queue makes room: by
+    crawler-scheduler, or the next recrawl)."""
 
     published: dict[str, int]
     due: dict[str, int]
@@ -31,22 +33,28 @@ class Recrawls:
     frontier: Frontier
 
     async def recrawl(self, domains: Sequence[str] | None = None, every: bool = False) -> RecrawlView:
-        """Publish the stored pages due in `domains` (default: those that recrawl), each domain within
-        what it can fetch in the next minutes; with `every`, each stored page of them is made due
-        first, recrawled or not (default: every configured domain)."""
+        """Publish the stored pages due in `domains` (default: those that recrawl, and the host
+        layout's, as one row), each domain within what it can fetch in the next minutes; with
+        `every`, each stored page of them is made due first, recrawled or not (default: every
+        configured domain with a queue)."""
         if domains:
             chosen = wiring.check_domains(self.config, domains, queued=True)
         else:
             chosen = sorted(d for d, r in self.config.rules.items() if every or r.recrawls)
+        layout = not domains and not every and bool(self.config.layout_recrawls)
         async with scheduling(self.settings, lambda: self.config, self.frontier.connection) as scheduler:
             if every:
                 await scheduler.make_due(chosen)
             await scheduler.read_sitemaps(chosen, every=True)  # ahead of the pages, in their queues
-            published = await scheduler.publish_due(chosen)
+            published = await scheduler.publish_due(None if layout else chosen)
             left = await scheduler.backlog(chosen)
-        return RecrawlView(
-            {d: published.get(d, 0) for d in chosen}, {d: left[d].due if d in left else 0 for d in chosen}
-        )
+            view = RecrawlView(
+                {d: published.get(d, 0) for d in chosen}, {d: left[d].due if d in left else 0 for d in chosen}
+            )
+            if layout:
+                view.published[LAYOUT_LABEL] = sum(n for d, n in published.items() if d not in view.published)
+                view.due[LAYOUT_LABEL] = (await scheduler.layout_backlog()).due
+        return view
 
     async def read_sitemaps(self, domain: str) -> int:
         """Begin a round of reading `domain`'s sitemaps at each of its origins now; how many."""

@@ -93,6 +93,14 @@ async def test_a_domains_files_domains_and_discovered_hosts_recrawl_each_within_
         ("b.test", "new"): 1,
         ("c.test", "same_signature"): 2,
     }
+    # `crawler recrawl`: one pass, the host layout's domains in one row (120 s ahead: 12 for b.test).
+    await asyncio.to_thread(_all_due, sqlite_url)
+    recrawled = await asyncio.to_thread(run, "crawler", ["recrawl"], settings)
+    assert recrawled.returncode == 0, recrawled.stderr
+    assert [line.split() for line in recrawled.stdout.splitlines()] == [
+        ["a.test", "1", "published", "0", "still", "due"],
+        ["~layout", "5", "published", "0", "still", "due"],
+    ]
 
 
 @pytest.mark.timeout(120)
