@@ -22,7 +22,7 @@ from crawler.frontier.exchanges import routing_key
 from crawler.frontier.publisher import MAX_ROUTING_KEY
 from crawler.hosts.caps import HostCaps
 from crawler.hosts.checks import check_host
-from crawler.names import HOST_SHARD_WORD, HOST_WAITS, MAX_PRIORITY, Names
+from crawler.names import HOST_SHARD_WORD, MAX_PRIORITY, Names
 
 Handler = Callable[[str, AbstractIncomingMessage], Awaitable[None]]
 """What handles one delivery of a shard: called with the delivery's host as its domain."""
@@ -53,11 +53,6 @@ def frontier_key(config: CrawlConfig, host: str, priority: int) -> str:
 def host_priority(depth: int) -> int:
     """A discovered host's URL's priority: breadth first, one level lower per hop from the seeds."""
     return max(0, MAX_PRIORITY - depth)
-
-
-def wait_for(seconds: float) -> float:
-    """The wait queue of a host that is ready in `seconds`: the first at least that long, else the last."""
-    return next((w for w in HOST_WAITS if w >= seconds), HOST_WAITS[-1])
 
 
 def follows(config: CrawlConfig, host: str) -> bool:

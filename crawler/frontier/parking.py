@@ -26,6 +26,12 @@ def parked_before(message: AbstractIncomingMessage) -> bool:
     return hdr.HEADER_RETRY_TIER in (message.headers or {})
 
 
+def turn_of(message: AbstractIncomingMessage) -> float | None:
+    """When a page set to wait for its host's token was told its turn comes (None: not told)."""
+    value = (message.headers or {}).get(hdr.HEADER_TURN)
+    return value / 1000 if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 class Parking:
     """Publishes copies of a message to the retry exchange or the dead queue, with why in headers."""
 
@@ -44,11 +50,13 @@ class Parking:
         copy.expiration = delay.seconds
         await self._retry.publish(copy, routing_key=message.routing_key or "")
 
-    async def wait(self, message: AbstractIncomingMessage, seconds: float) -> None:
+    async def wait(self, message: AbstractIncomingMessage, seconds: float, turn: float) -> None:
         """Send a copy to the host wait queue of `seconds` (crawler/frontier/hosts.py), its tries and
-        headers as they were: it comes back to its shard when it expires."""
+        headers as they were and its `turn`: it comes back to its shard when it expires."""
         headers = dict(message.headers or {})
         headers[hdr.HEADER_RETRY_TIER] = host_wait_label(seconds)
+        # In milliseconds: a float header goes as AMQP's 32-bit float, 128 s apart at today's time.
+        headers[hdr.HEADER_TURN] = round(turn * 1000)
         copy = persistent(message.body, message.priority or 0, headers)
         await self._retry.publish(copy, routing_key=message.routing_key or "")
 

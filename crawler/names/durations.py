@@ -12,9 +12,10 @@ REBUILD_LOCK_TTL = 30
 # off): a bucket asked within it and found missing was lost with Redis, not expired.
 BUCKET_KEPT = 60.0
 
-# A discovered host's URL taken while its host has no rate token is set aside this long (the first
-# of these at least as long as the wait, else the last) instead of holding its shard's prefetch.
-HOST_WAITS = (1.0, 5.0, 30.0)
+# A discovered host's URL taken while its host has no rate token, and more of its URLs wait in the
+# worker already, is set aside in a wait queue of one of these lengths instead of holding its shard's
+# prefetch: the longest no longer than the time to its turn (crawler/worker/turns.py).
+HOST_WAITS = (1.0, 2.0, 5.0, 10.0, 30.0)
 # A discovered host counts as active while its last page came to an outcome within this long.
 HOST_ACTIVE_WINDOW = 60.0
 # A crawl's views of its discovered hosts (queued, active, waiting) outlive their last write by this:

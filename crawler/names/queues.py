@@ -13,6 +13,7 @@ HEADER_TIME = "crawler-time"
 HEADER_RETRY_TIER = "crawler-retry-tier"
 HEADER_CREDITS = "crawler-credits"  # credits the page's earlier attempts were charged
 HEADER_WEBHOOK = "crawler-webhook"  # the one receiver (its key) a webhook delivery's copy is for
+HEADER_TURN = "crawler-turn"  # when a page waiting for its host's token is next in line (Unix ms)
 # The frontier routing key of webhook deliveries coming back from a retry tier or a replay: the
 # frontier binds it to the webhooks queue. No host is in upper case, nor has a `^`.
 WEBHOOK_KEY = "^WEBHOOKS"

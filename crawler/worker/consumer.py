@@ -195,6 +195,7 @@ class Consumer:
                 admission=parts.admission,
                 announcer=Announcer(ChangeFeed(changes), parts.writes, self.tuning.short_retry_wait),
                 sitemaps=await self._sitemaps(router, publisher),
+                host_prefetch=self._host_prefetch(),
             )
             reload = self.watcher.wake.set if self.watcher else lambda: None
             with drain_on_signals(self.stop, reload, self.grace):
@@ -291,8 +292,11 @@ class Consumer:
             return
         if DISCOVERED_LABEL in self.holds.halted:
             return  # the fetch service refused them: taken up when their pause ends
-        prefetch = max(1, min(self.prefetch or config.host_rules.prefetch, self.tuning.max_prefetched))
-        await self.hosts.add(config.discover.shards, prefetch)
+        await self.hosts.add(config.discover.shards, self._host_prefetch())
+
+    def _host_prefetch(self) -> int:
+        """Each shard's prefetch: the host template's (or --prefetch)."""
+        return max(1, min(self.prefetch or self.config.host_rules.prefetch, self.tuning.max_prefetched))
 
     async def _unsubscribe(self) -> None:
         """Stop deliveries, let in-flight ones finish (up to `grace`), then return the rest."""

@@ -93,10 +93,13 @@ class Endings:
         counts = self.changes(message, crawl, domain, "retried")
         await self.done(message, domain, "retried", crawl=crawl.crawl, counts=counts, done_at=parked)
 
-    async def waited(self, message: Delivery, domain: str, crawl: CrawlMessage, seconds: float) -> None:
+    async def waited(
+        self, message: Delivery, domain: str, crawl: CrawlMessage, seconds: float, turn: float
+    ) -> None:
         """A discovered host not ready for its next request: park a copy in the host wait queue of
-        `seconds` (confirmed), then ack the delivery; counted as waiting, like a retry, not as one."""
-        await self._parking.wait(message, seconds)
+        `seconds` (confirmed), its `turn` told, then ack the delivery; counted as waiting, like a
+        retry, not as one."""
+        await self._parking.wait(message, seconds, turn)
         step("waiting", message, f" {seconds:g}s for its host")
         counts = self.changes(message, crawl, domain, "retried")
         await self._settling.ack(message, crawl.crawl, counts, (), Done("retry", time.monotonic()))

@@ -18,9 +18,8 @@ from crawler.errors import BackendHalt, BadURL, Cancelled, InvalidMessage
 from crawler.frontier.client import NO_OPTIONS
 from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.delivery import Delivery, lost
-from crawler.frontier.hosts import wait_for
 from crawler.frontier.message import CrawlMessage
-from crawler.frontier.parking import Parking, attempts_of, parked_before
+from crawler.frontier.parking import Parking, attempts_of, parked_before, turn_of
 from crawler.frontier.quota import PageQuota
 from crawler.frontier.recovery import Recovery
 from crawler.frontier.retry import Delay, Failure, next_delay
@@ -42,6 +41,7 @@ from crawler.worker.linking import Linking
 from crawler.worker.live import LiveConfig
 from crawler.worker.page import DISALLOWED, Visit, Visitor
 from crawler.worker.sitemaps import SitemapReading
+from crawler.worker.turns import HostTurns
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ class Pipeline:
         admission: Admission | None = None,
         announcer: Announcer | None = None,
         sitemaps: SitemapReading | None = None,
+        host_prefetch: int = 1,
     ) -> None:
         self._live = live
         self._sitemaps = sitemaps  # None: sitemap tasks are acked unread (tests)
@@ -79,6 +80,7 @@ class Pipeline:
         self._crawls = crawls  # None: crawl ids are carried but not checked nor counted (tests)
         self._gate = Gate(quota, cost, router.seen, crawls, recovery, admission)
         self._ends = Endings(live, parking, settling, metrics, crawls)
+        self._turns = HostTurns(live.config.discover.shards, host_prefetch)
         linking = Linking(router, metrics, short_retry_wait)
         self._keeping = Keeping(writes, announcer, linking, parking, self._ends, metrics, short_retry_wait)
 
@@ -120,10 +122,17 @@ class Pipeline:
         if verdict.skip is not None:
             return await self._skipped(delivery, *verdict.skip)
         admitted = verdict.checked.admitted if verdict.checked is not None else None
-        if admitted is not None and not admitted.taken[0] and self._live.config.in_layout(domain):
-            # No token for its host yet: waiting for it here would hold up the other hosts of its shard.
-            return await self._ends.waited(message, domain, crawl, wait_for(admitted.taken[1]))
-        visit = await self._visit(delivery, rules, verdict.checked, received)
+        if admitted is None or admitted.taken[0] or not self._live.config.in_layout(domain):
+            visit = await self._visit(delivery, rules, verdict.checked, received)
+        else:
+            # No token for its host yet: one page of it waits here, the others in a wait queue, so
+            # that no page of the other hosts of its shard waits behind them.
+            told = turn_of(message)
+            with self._turns.turn(domain, admitted.taken[1], rules.rate, told) as here:
+                if not here:
+                    wait, turn = self._turns.parked(domain, admitted.taken[1], rules.rate, told)
+                    return await self._ends.waited(message, domain, crawl, wait, turn)
+                visit = await self._visit(delivery, rules, verdict.checked, received)
         if visit is None:
             return  # cancelled, returned unfetched, or left to the broker
         if visit.disallowed and crawl.refresh is None:

@@ -16,7 +16,7 @@ from crawler.hosts.views import HostCounts, TopHost, host_counts
 from crawler.monitor.metrics import Metrics
 from crawler.monitor.sampler import sampled_queues
 from crawler.monitor.status import render
-from crawler.names import DISCOVERED_LABEL, Names
+from crawler.names import DISCOVERED_LABEL, HOST_WAITS, Names
 from demo.site import serve
 from tests.hosts.test_layout import configure, only_crawl, sites
 from tests.support import api as api_support
@@ -80,7 +80,7 @@ def test_discovered_hosts_share_one_label_and_their_queues_are_sampled(tmp_path:
     assert 'crawler_discovered_hosts{state="known"} 3.0' in text
     assert 'crawler_discovered_hosts{state="waiting"} 1.0' in text
     hosts = [q for q in sampled_queues(config, Names("p"), ["a.test"]) if q.domain == DISCOVERED_LABEL]
-    assert [q.kind for q in hosts] == ["host_shard"] * 4 + ["host_wait"] * 3
+    assert [q.kind for q in hosts] == ["host_shard"] * 4 + ["host_wait"] * len(HOST_WAITS)
 
 
 def test_status_and_the_api_show_discovered_hosts_in_one_summary(
