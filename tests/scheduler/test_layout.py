@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 import yaml
 
 from crawler import connections
@@ -19,22 +18,15 @@ from crawler.monitor.status import status
 from crawler.names import Names
 from crawler.scheduler.running import scheduling
 from crawler.scheduler.scheduler import Timing
-from crawler.sink import sql
 from crawler.worker import wiring
 from demo.site import serve
 from tests.hosts.test_layout import pages, sites
-from tests.scheduler.test_recrawl import queued, rows, stored_due
+from tests.scheduler.test_recrawl import queued, rescheduled, rows, stored_due, two_schedulers
 from tests.support.services import run, settings_for
 
 
 def _all_due(database_url: str) -> None:
-    engine = sa.create_engine(sql.engine_url(database_url))
-    try:
-        with engine.begin() as conn:
-            page = sql.Page.__table__
-            conn.execute(page.update().values(next_fetch_at=datetime.now(UTC) - timedelta(minutes=5)))
-    finally:
-        engine.dispose()
+    rescheduled(database_url, datetime.now(UTC) - timedelta(minutes=5))
 
 
 @pytest.mark.timeout(120)
@@ -123,13 +115,7 @@ async def test_two_schedulers_claim_each_of_the_layouts_due_pages_once(
     past = datetime.now(UTC) - timedelta(minutes=5)
     for i in range(20):
         await stored_due(database_url, f"h{i}.test", 30, past)
-    timing = Timing(batch=50)  # many small claims, so the two interleave
-    async with (
-        connections.broker(settings.amqp_url, "test scheduler 1") as one,
-        connections.broker(settings.amqp_url, "test scheduler 2") as two,
-        scheduling(settings, lambda: config, one, timing=timing) as first,
-        scheduling(settings, lambda: config, two, timing=timing) as second,
-    ):
+    async with two_schedulers(settings, config) as (first, second):
         published: Counter[str] = Counter()
         while any(passes := await asyncio.gather(first.publish_due(), second.publish_due())):
             for p in passes:

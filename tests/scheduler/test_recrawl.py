@@ -4,6 +4,8 @@ signature, gone pages, adaptive intervals, and the scheduler's claims."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Collection
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ from crawler.config import CrawlConfig, load_config
 from crawler.frontier.message import CrawlMessage
 from crawler.names import Names
 from crawler.scheduler.running import scheduling
-from crawler.scheduler.scheduler import Timing
+from crawler.scheduler.scheduler import Scheduler, Timing
 from crawler.settings import Settings
 from crawler.sink import sql
 from crawler.sink.database import Database
@@ -156,6 +158,21 @@ async def queued(amqp_url: str, queue: str) -> list[CrawlMessage]:
     return out
 
 
+@asynccontextmanager
+async def two_schedulers(
+    settings: Settings, config: CrawlConfig
+) -> AsyncIterator[tuple[Scheduler, Scheduler]]:
+    """Two schedulers, a connection each, claiming 50 pages at a time, so that their claims interleave."""
+    timing = Timing(batch=50)
+    async with (
+        connections.broker(settings.amqp_url, "test scheduler 1") as one,
+        connections.broker(settings.amqp_url, "test scheduler 2") as two,
+        scheduling(settings, lambda: config, one, timing=timing) as first,
+        scheduling(settings, lambda: config, two, timing=timing) as second,
+    ):
+        yield first, second
+
+
 def recrawling(tmp_path: Path, domain: str, rate: float = 1000) -> Path:
     path = tmp_path / "d.yaml"
     path.write_text(yaml.safe_dump({"domains": {domain: {"rate": rate, "recrawl": {"every": "1h"}}}}))
@@ -170,13 +187,7 @@ async def test_two_schedulers_publish_each_due_page_once(
     settings = settings_for(amqp_url, prefix, database_url, recrawling(tmp_path, "a.test"))
     config = load_config(settings.config_path)
     await stored_due(database_url, "a.test", 600, datetime.now(UTC) - timedelta(minutes=5))
-    timing = Timing(batch=50)  # many small claims, so the two interleave
-    async with (
-        connections.broker(settings.amqp_url, "test scheduler 1") as one,
-        connections.broker(settings.amqp_url, "test scheduler 2") as two,
-        scheduling(settings, lambda: config, one, timing=timing) as first,
-        scheduling(settings, lambda: config, two, timing=timing) as second,
-    ):
+    async with two_schedulers(settings, config) as (first, second):
         published = await asyncio.gather(first.publish_due(), second.publish_due())
         again = await first.publish_due()  # all claimed: nothing left due
     assert sum(p.get("a.test", 0) for p in published) == 600 and again == {}
@@ -203,7 +214,7 @@ async def test_a_slow_domain_is_given_its_rate_and_a_lost_refresh_is_published_a
         assert await scheduler.publish_due() == {}  # its queue holds its 20 s already
         assert (await scheduler.backlog(["a.test"]))["a.test"].due == 90
         lost = {m.url for m in await queued(amqp_url, queue)}  # purged: those ten refreshes are lost
-        await asyncio.to_thread(_due_only, sqlite_url, lost)  # (the others done, off the schedule)
+        await asyncio.to_thread(rescheduled, sqlite_url, None, lost)  # (the others done, off the schedule)
         assert await scheduler.publish_due() == {}  # leased: not published again while it lasts
         # Once their lease ends, the lost ones are due again, and published again.
         await until(scheduler.publish_due, lambda p: p.get("a.test") == 10, within=10 + lease, every=0.2)
@@ -211,13 +222,13 @@ async def test_a_slow_domain_is_given_its_rate_and_a_lost_refresh_is_published_a
     assert again == lost
 
 
-def _due_only(database_url: str, urls: set[str]) -> None:
-    """Take every page but `urls` off the schedule."""
+def rescheduled(database_url: str, due: datetime | None, but: Collection[str] = ()) -> None:
+    """Every stored page due at `due` (None: off the schedule), but those at `but`."""
     engine = sa.create_engine(sql.engine_url(database_url))
     try:
         with engine.begin() as conn:
             page = sql.Page.__table__
-            conn.execute(page.update().where(page.c.url.not_in(urls)).values(next_fetch_at=None))
+            conn.execute(page.update().where(page.c.url.not_in(list(but))).values(next_fetch_at=due))
     finally:
         engine.dispose()
 
