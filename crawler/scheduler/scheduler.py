@@ -144,11 +144,15 @@ class Scheduler:
             now,
             now + timedelta(seconds=self._timing.lease),
         )
-        # A domain of a kind whose recrawl was turned off since its pages were scheduled.
-        off = [d.url for d in due if not config.rules_for(d.domain).recrawls]
+        wanted: list[Due] = []
+        off: list[str] = []  # of a kind of domain whose recrawl was turned off since they were scheduled
+        for d in due:
+            if config.rules_for(d.domain).recrawls:
+                wanted.append(d)
+            else:
+                off.append(d.url)
         if off:
             await asyncio.to_thread(self._schedule.unschedule, off)
-        wanted = [d for d in due if config.rules_for(d.domain).recrawls]
         for d in wanted:
             began, n = self._spread.get(d.domain, (now, 0))
             self._spread[d.domain] = (began, n + 1)
