@@ -125,8 +125,9 @@ class Pipeline:
         if admitted is None or admitted.taken[0] or not self._live.config.in_layout(domain):
             visit = await self._visit(delivery, rules, verdict.checked, received)
         else:
-            # No token for its host yet: one page of it waits here, the others in a wait queue, so
-            # that no page of the other hosts of its shard waits behind them.
+            # No token for its host yet: a few of its pages wait here (turns.py bounds them by its
+            # rate and the shard's prefetch), the others in line in a wait queue, so that no page
+            # of the other hosts of its shard waits behind them.
             told = turn_of(message)
             with self._turns.turn(domain, admitted.taken[1], rules.rate, told) as here:
                 if not here:
