@@ -72,11 +72,16 @@ def _bounded(record: Any, path: str, archived: Archived, limit: int) -> bytes:
 def _stored(records: ArchiveIterator, path: str, archived: Archived, limit: int) -> Stored:
     found: Stored | None = None
     for record in records:
+        if not record.format.startswith("warc"):
+            # warcio reads bytes that are no WARC record as ARC, whose header line is any text.
+            raise ArchiveError(f"{path}: no WARC record at {archived.offset}: not read")
         kind = record.rec_type
         if kind == "request":
             break  # an exchange's last record: nothing of the answer follows
         if kind == "response" and found is None:
             http = record.http_headers
+            if http is None:
+                raise ArchiveError(f"{path}: the response record at {archived.offset} has no HTTP headers")
             found = Stored(
                 record.rec_headers.get_header("WARC-Target-URI"),
                 record.rec_headers.get_header("WARC-Date"),

@@ -257,3 +257,26 @@ async def test_a_file_name_from_the_database_is_read_only_inside_the_archive(tmp
         with ArchiveFile(source, name) as file, pytest.raises(ArchiveError, match="not a file name"):
             file.answer(row, 1_000_000)
     assert read(outside, archived).body == b"<html>page</html>"  # the same row, in its own directory
+
+
+@pytest.mark.timeout(30)
+async def test_a_row_pointing_inside_a_record_is_an_archive_error_whatever_its_bytes_parse_as(
+    tmp_path: Path,
+) -> None:
+    from crawler.archive.source import ArchiveSource
+    from crawler.reparse.records import ArchiveFile
+
+    (archived,) = await write(tmp_path, exchange(os.urandom(3_000)))
+    # A line of five words is an ARC record's header to warcio: deflated bytes may make one.
+    name, line = "t-arc.warc", b"\x8b\x08 127.0.0.1 2026 text/html 4\n\x00\x01\x02\x03\n"
+    (tmp_path / name).write_bytes(line)
+    rows = [Archived(name, 0, len(line), "sha1:X", "2026-01-01T00:00:00Z")] + [
+        Archived(archived.file, archived.offset + shift, archived.length - shift, "sha1:X", archived.date)
+        for shift in range(1, 64)
+    ]
+    with ArchiveFile(ArchiveSource(tmp_path), archived.file) as file:
+        for row in rows:
+            with pytest.raises(ArchiveError):
+                read(tmp_path, row)
+            with pytest.raises(ArchiveError):
+                file.answer(row, 1_000_000)
