@@ -324,15 +324,21 @@ class CrawlConfig(Strict):
         return domain in self._layout or self.discovered(domain)
 
     @property
+    def layout_kinds(self) -> tuple[Rules, ...]:
+        """The rules of the host layout's kinds of domain: a domains file's past the line,
+        discovered hosts."""
+        kinds = []
+        if self._layout:
+            kinds.append(self.file_rules)
+        if self.discover.follow == "all":
+            kinds.append(self.host_rules)
+        return tuple(kinds)
+
+    @property
     def layout_recrawls(self) -> tuple[Rules, ...]:
         """The rules of the host layout's kinds of domain whose pages recrawl: a domains file's past
         the line, discovered hosts; none if neither recrawls."""
-        kinds = []
-        if self._layout and self.file_rules.recrawls:
-            kinds.append(self.file_rules)
-        if self.discover.follow == "all" and self.host_rules.recrawls:
-            kinds.append(self.host_rules)
-        return tuple(kinds)
+        return tuple(kind for kind in self.layout_kinds if kind.recrawls)
 
     @property
     def host_layout(self) -> bool:

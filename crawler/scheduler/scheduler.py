@@ -98,14 +98,19 @@ class Scheduler:
     async def publish_due(self, domains: Sequence[str] | None = None) -> dict[str, int]:
         """One pass: publish what is due in `domains` (default: those that recrawl, and the host
         layout's), each within its room; how many were published per domain."""
-        published = await self._publish_listed(domains)
         if domains is None:
-            published.update(await self._publish_layout())
+            published = await self._publish_listed(self.recrawling())
+            published.update(await self.publish_layout())
+            return published
+        layout = self._config().layout_domains
+        published = await self._publish_listed([d for d in domains if d not in layout])
+        published.update(await self._publish_layout_named([d for d in domains if d in layout]))
         return published
 
-    async def _publish_listed(self, domains: Sequence[str] | None) -> dict[str, int]:
+    async def _publish_listed(self, chosen: Sequence[str]) -> dict[str, int]:
         published: dict[str, int] = {}
-        chosen = list(domains or self.recrawling())
+        if not chosen:
+            return published
         depths = await queued(self._connection, self._names, self._config().frontier, chosen)
         rooms = {d: self._room(d, depths[d]) for d in chosen}
         for domain, room in rooms.items():
@@ -122,32 +127,66 @@ class Scheduler:
                 room -= len(due)
         return published
 
-    async def _publish_layout(self) -> dict[str, int]:
+    async def publish_layout(self, every: bool = False) -> dict[str, int]:
         """Claim and publish a batch of the host layout's due pages, within its room and each
-        domain's share; how many per domain."""
+        domain's share; how many per domain. With `every` (`recrawl --all`), those of domains that
+        do not recrawl too."""
         config = self._config()
-        kinds = config.layout_recrawls
+        kinds = config.layout_kinds if every else config.layout_recrawls
         if not kinds:
             return {}
-        room = self._timing.layout - await queued_in_layout(self._connection, self._names, config)
+        room = await self._layout_room()
         if room <= 0:
             return {}
         now = self._clock()
-        ahead = self._timing.ahead
-        self._spread = {d: w for d, w in self._spread.items() if (now - w[0]).total_seconds() < ahead}
-        full = [d for d, (_, n) in self._spread.items() if n >= _share(config.rules_for(d).rate, ahead)]
+        full = [d for d in self._windows(now) if self._left(d) <= 0]
         due = await asyncio.to_thread(
             self._schedule.claim_spread,
             [*config.rules, *full],
-            _share(min(k.rate for k in kinds), ahead),
+            _share(min(k.rate for k in kinds), self._timing.ahead),
             min(room, self._timing.batch),
             now,
             now + timedelta(seconds=self._timing.lease),
         )
+        return await self._publish_spread(due, now, every)
+
+    async def _publish_layout_named(self, domains: Sequence[str]) -> dict[str, int]:
+        """Claim and publish the due pages of some of the host layout's domains (a domains file's,
+        named by `crawler recrawl --domain`), each within its share and all within the room."""
+        room = await self._layout_room() if domains else 0
+        now = self._clock()
+        self._windows(now)
+        due: list[Due] = []
+        for domain in domains:
+            wanted = min(room - len(due), self._left(domain), self._timing.batch)
+            lease = now + timedelta(seconds=self._timing.lease)
+            due += await asyncio.to_thread(self._schedule.claim, domain, wanted, now, lease)
+        return await self._publish_spread(due, now, every=True)
+
+    async def _layout_room(self) -> int:
+        """How many more refreshes the host layout's shard and wait queues may take now."""
+        return self._timing.layout - await queued_in_layout(self._connection, self._names, self._config())
+
+    def _windows(self, now: datetime) -> list[str]:
+        """The host layout's domains given refreshes within the last `ahead` seconds (older windows
+        are forgotten)."""
+        ahead = self._timing.ahead
+        self._spread = {d: w for d, w in self._spread.items() if (now - w[0]).total_seconds() < ahead}
+        return list(self._spread)
+
+    def _left(self, domain: str) -> int:
+        """What is left of a host layout domain's share in its current window."""
+        share = _share(self._config().rules_for(domain).rate, self._timing.ahead)
+        return share - self._spread.get(domain, (None, 0))[1]
+
+    async def _publish_spread(self, due: Sequence[Due], now: datetime, every: bool) -> dict[str, int]:
+        """Publish claimed pages of the host layout's domains, counted in their windows; unless
+        `every`, those of a domain whose recrawl was turned off are taken off the schedule instead."""
+        config = self._config()
         wanted: list[Due] = []
         off: list[str] = []  # of a kind of domain whose recrawl was turned off since they were scheduled
         for d in due:
-            if config.rules_for(d.domain).recrawls:
+            if every or config.rules_for(d.domain).recrawls:
                 wanted.append(d)
             else:
                 off.append(d.url)

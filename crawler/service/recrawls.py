@@ -33,26 +33,27 @@ class Recrawls:
     frontier: Frontier
 
     async def recrawl(self, domains: Sequence[str] | None = None, every: bool = False) -> RecrawlView:
-        """Publish the stored pages due in `domains` (default: those that recrawl, and the host
-        layout's, as one row), each domain within what it can fetch in the next minutes; with
-        `every`, each stored page of them is made due first, recrawled or not (default: every
-        configured domain with a queue)."""
+        """Publish the stored pages due in `domains` (a domains file's past the line too; default:
+        those that recrawl, and the host layout's, as one row), each domain within what it can fetch
+        in the next minutes; with `every`, each stored page of them is made due first, recrawled or
+        not (default: every configured domain, the domains file's in the host layout's row)."""
+        config = self.config
         if domains:
-            chosen = wiring.check_domains(self.config, domains, queued=True)
+            chosen = wiring.check_domains(config, domains)
         else:
-            chosen = sorted(d for d, r in self.config.rules.items() if every or r.recrawls)
-        layout = not domains and not every and bool(self.config.layout_recrawls)
-        async with scheduling(self.settings, lambda: self.config, self.frontier.connection) as scheduler:
+            chosen = sorted(d for d, r in config.rules.items() if every or r.recrawls)
+        layout = not domains and bool(config.layout_kinds if every else config.layout_recrawls)
+        async with scheduling(self.settings, lambda: config, self.frontier.connection) as scheduler:
             if every:
-                await scheduler.make_due(chosen)
+                await scheduler.make_due(chosen if domains else [*chosen, *sorted(config.layout_domains)])
             await scheduler.read_sitemaps(chosen, every=True)  # ahead of the pages, in their queues
-            published = await scheduler.publish_due(None if layout else chosen)
+            published = await scheduler.publish_due(chosen)
             left = await scheduler.backlog(chosen)
             view = RecrawlView(
                 {d: published.get(d, 0) for d in chosen}, {d: left[d].due if d in left else 0 for d in chosen}
             )
             if layout:
-                view.published[LAYOUT_LABEL] = sum(n for d, n in published.items() if d not in view.published)
+                view.published[LAYOUT_LABEL] = sum((await scheduler.publish_layout(every)).values())
                 view.due[LAYOUT_LABEL] = (await scheduler.layout_backlog()).due
         return view
 

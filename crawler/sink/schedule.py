@@ -23,6 +23,8 @@ from crawler.sink.database import Database
 from crawler.sink.tables import Page, SitemapOrigin
 
 T = TypeVar("T")
+# Domains one statement names: SQLite refuses more than 32,766 bound values in one.
+_IN_BATCH = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +208,16 @@ class Schedule:
 
     def make_due(self, domains: Sequence[str], now: datetime) -> int:
         """Make every stored page of `domains` due at `now` (those being refreshed too); how many."""
-        stmt = update(Page).where(Page.domain.in_(list(domains))).values(next_fetch_at=now.astimezone(UTC))
-        return int(self._run("scheduling pages", lambda conn: conn.execute(stmt).rowcount, write=True))
+
+        def scheduled(conn: Connection) -> int:
+            made = 0
+            for start in range(0, len(domains), _IN_BATCH):
+                chunk = list(domains[start : start + _IN_BATCH])
+                stmt = update(Page).where(Page.domain.in_(chunk)).values(next_fetch_at=now.astimezone(UTC))
+                made += conn.execute(stmt).rowcount
+            return made
+
+        return int(self._run("scheduling pages", scheduled, write=True))
 
     def _run(self, what: str, work: Callable[[Connection], T], *, write: bool = False) -> T:
         engine = self._db.engine

@@ -93,6 +93,28 @@ async def test_a_domains_files_domains_and_discovered_hosts_recrawl_each_within_
         ["a.test", "1", "published", "0", "still", "due"],
         ["~layout", "5", "published", "0", "still", "due"],
     ]
+    # A domains file's domain by name, and --all, as a listed domain's (the pages just published too),
+    # its sitemaps read first.
+    for queue in host_queues(config, Names(prefix)):
+        await queued(amqp_url, queue.name)
+    edited = yaml.safe_load(config_path.read_text())
+    edited["domains_file"]["template"]["sitemaps"] = True
+    config_path.write_text(yaml.safe_dump(edited))
+    named = await asyncio.to_thread(run, "crawler", ["recrawl", "--domain", "b.test", "--all"], settings)
+    assert [line.split() for line in named.stdout.splitlines()] == [
+        ["b.test", "3", "published", "0", "still", "due"]
+    ], named.stderr
+    messages = []
+    for queue in host_queues(config, Names(prefix)):
+        messages += await queued(amqp_url, queue.name)
+    assert sorted((m.url, m.sitemap is not None) for m in messages) == [
+        (served["b.test"].url(path), path == "/robots.txt") for path in ("/", "/1", "/2", "/robots.txt")
+    ]
+    every = await asyncio.to_thread(run, "crawler", ["recrawl", "--all"], settings)
+    assert [line.split() for line in every.stdout.splitlines()] == [
+        ["a.test", "1", "published", "0", "still", "due"],
+        ["~layout", "3", "published", "0", "still", "due"],  # b.test's: c.test is no configured domain
+    ], every.stderr
 
 
 @pytest.mark.timeout(120)
