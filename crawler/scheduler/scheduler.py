@@ -210,9 +210,10 @@ class Scheduler:
         return await asyncio.to_thread(self._schedule.make_due, domains, self._clock())
 
     async def read_sitemaps(self, domains: Sequence[str] | None = None, *, every: bool = False) -> int:
-        """Begin a round of reading the sitemaps of `domains` (default: those that recrawl) at each
-        origin due for one (its domain's recrawl `every` after the last), or at every origin of them
-        with `every`: a find task per origin, ahead of the pages. How many rounds began."""
+        """Begin a round of reading the sitemaps of `domains` (default: those that recrawl, and a batch
+        of the host layout's) at each origin due for one (its domain's recrawl `every` after the
+        last), or at every origin of them with `every`: a find task per origin, ahead of the pages.
+        How many rounds began."""
         config = self._config()
         began = 0
         for domain in domains or self.recrawling():
@@ -221,23 +222,57 @@ class Scheduler:
                 continue
             interval = None if every else (rules.recrawl or Recrawl()).every
             origins = await asyncio.to_thread(self._schedule.sitemap_rounds, domain, interval, self._clock())
-            if not origins:
-                continue
-            round_ = new_round()
-            # Not counted in the crawl: like a refresh, a round only adds the URLs it routes there.
-            tasks = [find_task(config, origin, round_, crawl, counted=False) for origin, crawl in origins]
-            outcomes = await self._publisher.publish(tasks)
-            failed = sum(1 for o in outcomes if o is not None)
-            if failed:
-                log.warning(
-                    "%s: %d of %d sitemap rounds not confirmed by RabbitMQ: they begin again after "
-                    "the domain's recrawl interval, or at the next `crawler recrawl`",
-                    domain,
-                    failed,
-                    len(tasks),
-                )
-            began += len(tasks) - failed
+            began += await self._begin_rounds(domain, origins)
+        if domains is None:
+            began += await self._read_layout_sitemaps()
         return began
+
+    async def _read_layout_sitemaps(self) -> int:
+        """Begin the rounds of the host layout's origins due for one, a batch at most, the longest
+        due first; how many began."""
+        config = self._config()
+        kinds = [k for k in config.layout_recrawls if k.sitemaps is not False]
+        intervals = [(k.recrawl or Recrawl()).every for k in kinds]
+        if not intervals:
+            return 0
+        now = self._clock()
+
+        def since(domain: str) -> datetime | None:
+            rules = config.rules_for(domain)
+            if rules.sitemaps is False or not rules.recrawls:
+                return None
+            return now - timedelta(seconds=(rules.recrawl or Recrawl()).every)
+
+        claimed = await asyncio.to_thread(
+            self._schedule.sitemap_rounds_outside,
+            list(config.rules),
+            since,
+            now - timedelta(seconds=min(intervals)),
+            self._timing.batch,
+            now,
+        )
+        return await self._begin_rounds(LAYOUT_LABEL, [(origin, crawl) for origin, _, crawl in claimed])
+
+    async def _begin_rounds(self, domain: str, origins: Sequence[tuple[str, str | None]]) -> int:
+        """Publish a find task per origin (with the crawl its URLs join) of `domain` (a label, for
+        the host layout's), in a new round; how many were confirmed."""
+        if not origins:
+            return 0
+        config = self._config()
+        round_ = new_round()
+        # Not counted in the crawl: like a refresh, a round only adds the URLs it routes there.
+        tasks = [find_task(config, origin, round_, crawl, counted=False) for origin, crawl in origins]
+        outcomes = await self._publisher.publish(tasks)
+        failed = sum(1 for o in outcomes if o is not None)
+        if failed:
+            log.warning(
+                "%s: %d of %d sitemap rounds not confirmed by RabbitMQ: they begin again after "
+                "the domain's recrawl interval, or at the next `crawler recrawl`",
+                domain,
+                failed,
+                len(tasks),
+            )
+        return len(tasks) - failed
 
     async def run(
         self,

@@ -180,6 +180,58 @@ class Schedule:
 
         return self._run("claiming sitemap rounds", claim, write=True)
 
+    def sitemap_rounds_outside(
+        self,
+        outside: Collection[str],
+        since_of: Callable[[str], datetime | None],
+        latest: datetime,
+        limit: int,
+        now: datetime,
+    ) -> list[tuple[str, str, str | None]]:
+        """Up to `limit` origins of any domain but those `outside` (the host layout's) whose sitemaps
+        are due to be read again, as (origin, domain, crawl), marked as read now: of those last read
+        by `latest`, the oldest, each if last read by `since_of(domain)`. An origin whose domain reads
+        none on schedule (`since_of` None) is marked looked at now, so the next claims reach past it."""
+        oldest = (
+            select(SitemapOrigin.origin, SitemapOrigin.domain, SitemapOrigin.round_at)
+            .where(SitemapOrigin.domain.not_in(list(outside)))
+            .where(SitemapOrigin.round_at <= latest.astimezone(UTC))
+            .order_by(SitemapOrigin.round_at)
+            .limit(limit)
+        )
+        if self._skip_locked:
+            oldest = oldest.with_for_update(skip_locked=True)
+
+        def claim(conn: Connection) -> list[tuple[str, str, str | None]]:
+            due: dict[datetime, list[str]] = {}
+            passed: list[str] = []
+            for origin, domain, round_at in conn.execute(oldest):
+                last = since_of(domain)
+                if last is None:
+                    passed.append(origin)
+                elif _utc(round_at) <= last:
+                    due.setdefault(last, []).append(origin)
+            if passed:
+                conn.execute(
+                    update(SitemapOrigin)
+                    .where(SitemapOrigin.origin.in_(passed))
+                    .values(round_at=now.astimezone(UTC))
+                )
+            claimed: list[tuple[str, str, str | None]] = []
+            for last, origins in due.items():
+                # Due again in the UPDATE: SQLite locks nothing on a read, and another scheduler may
+                # have claimed the origin since.
+                rows = conn.execute(
+                    update(SitemapOrigin)
+                    .where(SitemapOrigin.origin.in_(origins), SitemapOrigin.round_at <= last)
+                    .values(round_at=now.astimezone(UTC))
+                    .returning(SitemapOrigin.origin, SitemapOrigin.domain, SitemapOrigin.crawl_id)
+                ).all()
+                claimed += [(origin, domain, crawl) for origin, domain, crawl in rows]
+            return claimed
+
+        return self._run("claiming the host layout's sitemap rounds", claim, write=True)
+
     def backlog(self, domains: Collection[str], now: datetime) -> dict[str, Backlog]:
         """Per domain with pages due at `now`: how many, and the oldest one's due time."""
         stmt = select(Page.domain, func.count(), func.min(Page.next_fetch_at)).where(*_due(domains, now))

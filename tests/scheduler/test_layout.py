@@ -1,5 +1,6 @@
 """Recrawl of the domains the host layout serves, against the real services: a domains file's past the
-line and discovered hosts, claimed in one, each within its share, and claimed once by two schedulers."""
+line and discovered hosts, claimed in one, each within its share, and claimed once by two schedulers;
+their rounds of sitemaps on schedule."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from crawler.monitor.status import status
 from crawler.names import Names
 from crawler.scheduler.running import scheduling
 from crawler.scheduler.scheduler import Timing
+from crawler.sink.database import Database
+from crawler.sink.sitemaps import SitemapStore
 from crawler.worker import wiring
 from demo.site import serve
 from tests.hosts.test_layout import pages, sites
@@ -147,3 +150,46 @@ async def test_two_schedulers_claim_each_of_the_layouts_due_pages_once(
     for queue in host_queues(config, Names(prefix)):
         urls += [m.url for m in await queued(amqp_url, queue.name) if m.refresh is not None]
     assert len(urls) == len(set(urls)) == 600
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
+async def test_the_layouts_sitemaps_are_read_again_on_schedule_once_per_origin(
+    tmp_path: Path, amqp_url: str, prefix: str, database_url: str
+) -> None:
+    (tmp_path / "shops.txt").write_text("b.test\nc.test\n")
+    config_path = tmp_path / "d.yaml"
+    config_path.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"recrawl": {"every": "1h"}, "sitemaps": False},
+                "frontier": {"max_domain_queues": 1},
+                "domains": {"a.test": {}},
+                "domains_file": {"path": "shops.txt", "template": {"sitemaps": True}},
+                "discover": {"follow": "all"},
+            }
+        )
+    )
+    settings = settings_for(amqp_url, prefix, database_url, config_path)
+    config = load_config(config_path)
+    start = datetime.now(UTC)
+    await stored_due(database_url, "a.test", 1, start + timedelta(hours=1))
+    database = Database(database_url)
+    try:
+        for host in ("b.test", "c.test", "d.test"):  # d.test: discovered, `sitemaps: false`
+            SitemapStore(database).note_origin(f"http://{host}", host, None, start)
+    finally:
+        database.close()
+    clock = [start + timedelta(minutes=59)]
+    async with two_schedulers(settings, config, lambda: clock[0]) as (first, second):
+        assert await asyncio.gather(first.read_sitemaps(), second.read_sitemaps()) == [0, 0]
+        clock[0] = start + timedelta(minutes=61)
+        assert sum(await asyncio.gather(first.read_sitemaps(), second.read_sitemaps())) == 2
+        assert await first.read_sitemaps() == 0
+    tasks = []
+    for queue in host_queues(config, Names(prefix)):
+        tasks += await queued(amqp_url, queue.name)
+    assert sorted(t.url for t in tasks if t.sitemap and t.sitemap.find and not t.sitemap.counted) == [
+        "http://b.test/robots.txt",
+        "http://c.test/robots.txt",
+    ]

@@ -4,7 +4,7 @@ signature, gone pages, adaptive intervals, and the scheduler's claims."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -160,15 +160,15 @@ async def queued(amqp_url: str, queue: str) -> list[CrawlMessage]:
 
 @asynccontextmanager
 async def two_schedulers(
-    settings: Settings, config: CrawlConfig
+    settings: Settings, config: CrawlConfig, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 ) -> AsyncIterator[tuple[Scheduler, Scheduler]]:
     """Two schedulers, a connection each, claiming 50 pages at a time, so that their claims interleave."""
     timing = Timing(batch=50)
     async with (
         connections.broker(settings.amqp_url, "test scheduler 1") as one,
         connections.broker(settings.amqp_url, "test scheduler 2") as two,
-        scheduling(settings, lambda: config, one, timing=timing) as first,
-        scheduling(settings, lambda: config, two, timing=timing) as second,
+        scheduling(settings, lambda: config, one, timing=timing, clock=clock) as first,
+        scheduling(settings, lambda: config, two, timing=timing, clock=clock) as second,
     ):
         yield first, second
 
