@@ -39,12 +39,17 @@ Suffix = Annotated[str, AfterValidator(_suffix)]
 
 
 class HostTemplate(_Strict):
-    """What a host found by a link gets: its rate and burst, and how far it is crawled."""
+    """What a host found by a link gets: its rate and burst, how far it is crawled, and whether it is
+    crawled again."""
 
     rate: Annotated[float, Field(gt=0)] = 1.0
     burst: Annotated[int, Field(ge=1)] = 1
     max_pages: Annotated[int, Field(ge=1)] = 50
     max_depth: Annotated[int, Field(ge=0)] = 3
+    # Over the defaults' when given (`off` or null: discovered hosts are not recrawled, whatever the
+    # defaults say); checked as a domain's are, by crawler/config/model.py, which knows their rules.
+    recrawl: Mapping[str, Any] | Literal[False] | None = None
+    sitemaps: bool | Literal["auto"] | None = None
 
 
 class Discover(_Strict):

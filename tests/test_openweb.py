@@ -85,3 +85,20 @@ def test_a_bad_value_is_one_line_naming_its_key(raw: dict[str, object], message:
     text = str(caught.value)
     assert text.startswith(f"d.yaml: {message}")
     assert "\n" not in text
+
+
+def test_the_host_template_turns_the_defaults_recrawl_and_sitemaps_off_or_sets_its_own() -> None:
+    from crawler.config import parse_config
+
+    spelled = "defaults: {recrawl: {every: 1d}}\ndomains: {a.test: {}}\ndiscover: {follow: all, host: %s}\n"
+    day = parse_config(spelled % "{rate: 2}")
+    assert day.host_rules.recrawl is not None and day.host_rules.recrawl.every == 86_400
+    assert (day.host_rules.rate, day.host_rules.sitemaps) == (2, "auto")
+    for off in ("{recrawl: off}", "{recrawl: null}"):
+        config = parse_config(spelled % off)
+        assert config.host_rules.recrawl is None and not config.host_rules.recrawls
+        assert config.rules_for("a.test").recrawls and config.layout_recrawls == ()
+    own = parse_config(spelled % "{recrawl: {every: 2h}, sitemaps: false}").host_rules
+    assert own.recrawl is not None and own.recrawl.every == 7_200 and own.sitemaps is False
+    with pytest.raises(ConfigError, match=r"discover.host: recrawl.every: .*'1 day' is not a duration"):
+        parse_config(spelled % "{recrawl: {every: 1 day}}")

@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from crawler.config.checks import Strict, nested_pair, valid_domain
 from crawler.config.rules import CONTENT_SECONDS, DomainRules, Rules
@@ -214,6 +214,15 @@ class CrawlConfig(Strict):
         return self
 
     @model_validator(mode="after")
+    def _host_template_valid(self) -> CrawlConfig:
+        try:
+            self.host_rules  # noqa: B018 - built once here, so a bad template is refused at load
+        except ValidationError as exc:
+            wrong = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"discover.host: {wrong}") from None
+        return self
+
+    @model_validator(mode="after")
     def _webhooks_known(self) -> CrawlConfig:
         seen: set[str] = set()
         for i, hook in enumerate(self.webhooks):
@@ -377,14 +386,11 @@ class CrawlConfig(Strict):
     def host_rules(self) -> Rules:
         """What a discovered host gets: the defaults with the `discover.host` template over them."""
         host = self.discover.host
-        return self.defaults.model_copy(
-            update={
-                "rate": host.rate,
-                "burst": host.burst,
-                "max_pages": host.max_pages,
-                "max_depth": host.max_depth,
-            }
-        )
+        template = host.model_dump(include={"rate", "burst", "max_pages", "max_depth"})
+        for key in ("recrawl", "sitemaps"):
+            if key in host.model_fields_set:
+                template[key] = getattr(host, key)
+        return self._merged(DomainRules.model_validate(template))
 
     def discovered(self, host: str) -> bool:
         """Whether `host` is crawled as a discovered host: no listed domain covers it and discovery
