@@ -33,10 +33,11 @@ class DomainView:
     overdue_seconds: float | None = None
 
 
-def configured(config: CrawlConfig, domain: str) -> list[str]:
-    """`domain` as configured (a one-item list); NotFound saying which domains there are."""
+def configured(config: CrawlConfig, domain: str, *, queued: bool = True) -> list[str]:
+    """`domain` as configured (a one-item list); NotFound saying which domains there are, or with
+    `queued` that it has no queue of its own."""
     try:
-        return wiring.check_domains(config, [domain], queued=True)
+        return wiring.check_domains(config, [domain], queued=queued)
     except ConfigError as exc:
         raise NotFound(str(exc)) from None
 

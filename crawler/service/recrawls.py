@@ -59,6 +59,6 @@ class Recrawls:
 
     async def read_sitemaps(self, domain: str) -> int:
         """Begin a round of reading `domain`'s sitemaps at each of its origins now; how many."""
-        chosen = configured(self.config, domain)
+        chosen = configured(self.config, domain, queued=False)  # a domains file's past the line too
         async with scheduling(self.settings, lambda: self.config, self.frontier.connection) as scheduler:
             return await scheduler.read_sitemaps(chosen, every=True)

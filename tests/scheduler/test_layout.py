@@ -113,6 +113,8 @@ async def test_a_domains_files_domains_and_discovered_hosts_recrawl_each_within_
     assert sorted((m.url, m.sitemap is not None) for m in messages) == [
         (served["b.test"].url(path), path == "/robots.txt") for path in ("/", "/1", "/2", "/robots.txt")
     ]
+    read = await asyncio.to_thread(run, "crawler", ["sitemaps", "b.test", "--read"], settings)
+    assert "b.test: a round of reading its sitemaps began at 1 origin(s)" in read.stderr, read.stderr
     every = await asyncio.to_thread(run, "crawler", ["recrawl", "--all"], settings)
     assert [line.split() for line in every.stdout.splitlines()] == [
         ["a.test", "1", "published", "0", "still", "due"],
