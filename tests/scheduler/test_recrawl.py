@@ -283,12 +283,8 @@ async def test_sitemap_rounds_begin_once_per_recrawl_interval_per_origin_and_two
     await stored_due(database_url, "a.test", 3, datetime.now(UTC) + timedelta(hours=1))
     clock = [datetime.now(UTC)]
     queue = Names(prefix).domain_queue("a.test")
-    async with (
-        connections.broker(settings.amqp_url, "test scheduler 1") as one,
-        connections.broker(settings.amqp_url, "test scheduler 2") as two,
-        scheduling(settings, lambda: config, one, clock=lambda: clock[0]) as first,
-        scheduling(settings, lambda: config, two, clock=lambda: clock[0]) as second,
-    ):  # No origin read yet: a stored page's, once, whichever scheduler asks.
+    async with two_schedulers(settings, config, lambda: clock[0]) as (first, second):
+        # No origin read yet: a stored page's, once, whichever scheduler asks.
         assert sorted(await asyncio.gather(first.read_sitemaps(), second.read_sitemaps())) == [0, 1]
         [task] = await queued(amqp_url, queue)
         assert task.url == "http://a.test/robots.txt" and task.sitemap is not None and task.sitemap.find
