@@ -21,13 +21,14 @@ _NONCE = itertools.count()
 @dataclass
 class Page:
     """A page's content as served now (bytes: as they are); `validators` off serves it without ETag
-    and Last-Modified."""
+    and Last-Modified; with `after`, it is answered only once that path has been (up to 60 s)."""
 
     body: str | bytes
     modified: float = field(default_factory=time.time)
     validators: bool = True
     status: int = 200
     content_type: str = "text/html; charset=utf-8"
+    after: str | None = None
 
     @property
     def etag(self) -> str:
@@ -59,6 +60,7 @@ class FreshSite:
     pages: dict[str, Page] = field(default_factory=dict)
     hits: list[Hit] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _answered: dict[str, threading.Event] = field(default_factory=dict)
 
     def url(self, path: str = "/") -> str:
         return f"http://{self.host}:{self.port}{path}"
@@ -72,7 +74,17 @@ class FreshSite:
             if page is not None and page.status == 200 and page.validators and fresh:
                 status = 304
             self.hits.append(Hit(path, etag, since, status))
+            self._answered_event(path).set()
             return status, page
+
+    def wait_for_answer(self, path: str, timeout: float = 60) -> None:
+        """Block until `path` has been answered once (or `timeout` passed)."""
+        with self._lock:
+            event = self._answered_event(path)
+        event.wait(timeout)
+
+    def _answered_event(self, path: str) -> threading.Event:
+        return self._answered.setdefault(path, threading.Event())
 
     def requests_of(self, path: str) -> list[Hit]:
         with self._lock:
@@ -95,6 +107,9 @@ def _handler(site: FreshSite) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
+            waits_for = getattr(site.pages.get(self.path), "after", None)
+            if waits_for is not None:
+                site.wait_for_answer(waits_for)
             status, page = site.answer(
                 self.path, self.headers.get("If-None-Match"), self.headers.get("If-Modified-Since")
             )

@@ -180,15 +180,11 @@ async def test_a_gzip_bomb_and_a_50001_url_sitemap_stop_at_their_limits_and_the_
     bomb = xml_bomb(64 * 1024 * 1024)  # 64 MiB of entries no crawl can use, ~200 KB gzipped
     site.pages["/bomb.xml.gz"] = Page(bomb, content_type="application/gzip")
     many = [site.url("/listed")] + [site.url(f"/m/{i}") for i in range(50_000)]
-    site.pages["/big.xml"] = Page(urlset(many), content_type=XML)
+    # Answered once the home's link has been fetched: otherwise, on a busy machine, the sitemap's
+    # first 1,000 URLs can be prefetched before the home's link is queued and fill the quota of 5.
+    site.pages["/big.xml"] = Page(urlset(many), content_type=XML, after="/next")
     config_path = configure(
-        tmp_path / "d.yaml",
-        site,
-        sitemaps=[site.url("/bomb.xml.gz"), site.url("/big.xml")],
-        max_pages=5,
-        # The home's link outranks the sitemap's URLs, which share its level: without it, which of
-        # them fill the quota turns on whether the first 1,000 were queued before /next was.
-        priorities=[{"match": "^/next$", "priority": 8}],
+        tmp_path / "d.yaml", site, sitemaps=[site.url("/bomb.xml.gz"), site.url("/big.xml")], max_pages=5
     )
     settings = settings_for(amqp_url, prefix, sqlite_url, config_path)
     config = load_config(settings.config_path)
