@@ -340,6 +340,13 @@ class Rules(Strict):
         return self.recrawl is not None or bool(self.recrawl_rules)
 
     @property
+    def sitemaps_every(self) -> float | None:
+        """Seconds between rounds of reading the domain's sitemaps on schedule; None if it reads none."""
+        if self.sitemaps is False or not self.recrawls:
+            return None
+        return (self.recrawl or Recrawl()).every
+
+    @property
     def visit_seconds(self) -> float:
         """The longest a page's visit takes once its fetch starts: the fetch, then its content."""
         return self.timeout + (CONTENT_SECONDS if self.content is not None else 0.0)

@@ -231,23 +231,15 @@ class Scheduler:
         """Begin the rounds of the host layout's origins due for one, a batch at most, the longest
         due first; how many began."""
         config = self._config()
-        kinds = [k for k in config.layout_recrawls if k.sitemaps is not False]
-        intervals = [(k.recrawl or Recrawl()).every for k in kinds]
+        intervals = [every for k in config.layout_recrawls if (every := k.sitemaps_every) is not None]
         if not intervals:
             return 0
         now = self._clock()
-
-        def since(domain: str) -> datetime | None:
-            rules = config.rules_for(domain)
-            if rules.sitemaps is False or not rules.recrawls:
-                return None
-            return now - timedelta(seconds=(rules.recrawl or Recrawl()).every)
-
         claimed = await asyncio.to_thread(
             self._schedule.sitemap_rounds_outside,
             list(config.rules),
-            since,
-            now - timedelta(seconds=min(intervals)),
+            lambda domain: config.rules_for(domain).sitemaps_every,
+            now + timedelta(seconds=min(intervals)),
             self._timing.batch,
             now,
         )

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar, overload
 from urllib.parse import urlsplit
 
-from sqlalchemy import ColumnElement, func, or_, select, update
+from sqlalchemy import ColumnElement, bindparam, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from crawler.archive import Archived
@@ -166,6 +166,7 @@ class Schedule:
                     domain=domain,
                     crawl_id=page.crawl_id,
                     round_at=now.astimezone(UTC),
+                    due_at=(now + timedelta(seconds=every or 0)).astimezone(UTC),
                 )
                 # Another scheduler may begin the same first round: one of the two does.
                 began = conn.execute(first.on_conflict_do_nothing().returning(SitemapOrigin.origin)).first()
@@ -173,7 +174,9 @@ class Schedule:
             rows = conn.execute(
                 update(SitemapOrigin)
                 .where(SitemapOrigin.origin.in_(due.scalar_subquery()))
-                .values(round_at=now.astimezone(UTC))
+                .values(
+                    round_at=now.astimezone(UTC), due_at=(now + timedelta(seconds=every or 0)).astimezone(UTC)
+                )
                 .returning(SitemapOrigin.origin, SitemapOrigin.crawl_id)
             ).all()
             return [(origin, crawl) for origin, crawl in rows]
@@ -183,48 +186,59 @@ class Schedule:
     def sitemap_rounds_outside(
         self,
         outside: Collection[str],
-        since_of: Callable[[str], datetime | None],
-        latest: datetime,
+        every_of: Callable[[str], float | None],
+        later: datetime,
         limit: int,
         now: datetime,
     ) -> list[tuple[str, str, str | None]]:
         """Up to `limit` origins of any domain but those `outside` (the host layout's) whose sitemaps
-        are due to be read again, as (origin, domain, crawl), marked as read now: of those last read
-        by `latest`, the oldest, each if last read by `since_of(domain)`. An origin whose domain reads
-        none on schedule (`since_of` None) is marked looked at now, so the next claims reach past it."""
+        are due to be read again, as (origin, domain, crawl), marked as read now: of those whose time
+        to be looked at has come, the longest waiting, each if last read `every_of(domain)` seconds
+        ago. Each looked at gets its next time: its domain's interval on, or `later` if it reads none
+        on schedule (`every_of` None)."""
         oldest = (
             select(SitemapOrigin.origin, SitemapOrigin.domain, SitemapOrigin.round_at)
             .where(SitemapOrigin.domain.not_in(list(outside)))
-            .where(SitemapOrigin.round_at <= latest.astimezone(UTC))
-            .order_by(SitemapOrigin.round_at)
+            .where(SitemapOrigin.due_at <= now.astimezone(UTC))
+            .order_by(SitemapOrigin.due_at)
             .limit(limit)
         )
         if self._skip_locked:
             oldest = oldest.with_for_update(skip_locked=True)
+        moved = (
+            update(SitemapOrigin)
+            .where(SitemapOrigin.origin == bindparam("o"), SitemapOrigin.round_at == bindparam("r"))
+            .values(due_at=bindparam("d"))
+        )
 
         def claim(conn: Connection) -> list[tuple[str, str, str | None]]:
-            due: dict[datetime, list[str]] = {}
-            passed: list[str] = []
+            due: dict[float, list[str]] = {}
+            not_yet: list[dict[str, Any]] = []
             for origin, domain, round_at in conn.execute(oldest):
-                last = since_of(domain)
-                if last is None:
-                    passed.append(origin)
-                elif _utc(round_at) <= last:
-                    due.setdefault(last, []).append(origin)
-            if passed:
-                conn.execute(
-                    update(SitemapOrigin)
-                    .where(SitemapOrigin.origin.in_(passed))
-                    .values(round_at=now.astimezone(UTC))
-                )
+                every = every_of(domain)
+                read = _utc(round_at)
+                if every is None:
+                    not_yet.append({"o": origin, "r": round_at, "d": later.astimezone(UTC)})
+                elif read <= now - timedelta(seconds=every):
+                    due.setdefault(every, []).append(origin)
+                else:
+                    not_yet.append({"o": origin, "r": round_at, "d": read + timedelta(seconds=every)})
+            if not_yet:
+                # Only if not read since: another scheduler may have claimed the origin meanwhile.
+                conn.execute(moved, not_yet)
             claimed: list[tuple[str, str, str | None]] = []
-            for last, origins in due.items():
+            for every, origins in due.items():
                 # Due again in the UPDATE: SQLite locks nothing on a read, and another scheduler may
                 # have claimed the origin since.
                 rows = conn.execute(
                     update(SitemapOrigin)
-                    .where(SitemapOrigin.origin.in_(origins), SitemapOrigin.round_at <= last)
-                    .values(round_at=now.astimezone(UTC))
+                    .where(
+                        SitemapOrigin.origin.in_(origins),
+                        SitemapOrigin.round_at <= (now - timedelta(seconds=every)).astimezone(UTC),
+                    )
+                    .values(
+                        round_at=now.astimezone(UTC), due_at=(now + timedelta(seconds=every)).astimezone(UTC)
+                    )
                     .returning(SitemapOrigin.origin, SitemapOrigin.domain, SitemapOrigin.crawl_id)
                 ).all()
                 claimed += [(origin, domain, crawl) for origin, domain, crawl in rows]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import func, select
@@ -92,13 +92,22 @@ class SitemapStore:
         )
         self._run("keeping a sitemap's reading", lambda conn: conn.execute(stmt), write=True)
 
-    def note_origin(self, origin: str, domain: str, crawl: str | None, now: datetime) -> None:
-        """Remember an origin whose sitemaps were looked for now, and the crawl their URLs join."""
-        values = {"origin": origin, "domain": domain, "crawl_id": crawl, "round_at": now.astimezone(UTC)}
+    def note_origin(
+        self, origin: str, domain: str, crawl: str | None, now: datetime, every: float | None = None
+    ) -> None:
+        """Remember an origin whose sitemaps were looked for now, and the crawl their URLs join; its
+        domain reads them again `every` seconds (None: none on schedule, or not known here)."""
+        values = {
+            "origin": origin,
+            "domain": domain,
+            "crawl_id": crawl,
+            "round_at": now.astimezone(UTC),
+            "due_at": (now + timedelta(seconds=every or 0)).astimezone(UTC),
+        }
         stmt = self._dialect.insert(SitemapOrigin).values(values)
         stmt = stmt.on_conflict_do_update(
             index_elements=[SitemapOrigin.origin],
-            set_={k: stmt.excluded[k] for k in ("domain", "crawl_id", "round_at")},
+            set_={k: stmt.excluded[k] for k in ("domain", "crawl_id", "round_at", "due_at")},
         )
         self._run("noting a sitemap origin", lambda conn: conn.execute(stmt), write=True)
 

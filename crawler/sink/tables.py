@@ -180,8 +180,8 @@ class SitemapFile(Base):
 
 
 class SitemapOrigin(Base):
-    """An origin whose sitemaps are read (the `sitemap_origins` table): the crawl its URLs join, and
-    when its last round of reading began."""
+    """An origin whose sitemaps are read (the `sitemap_origins` table): the crawl its URLs join, when
+    its last round of reading began, and when the host layout's scheduler looks at it next."""
 
     __tablename__ = "sitemap_origins"
 
@@ -189,6 +189,9 @@ class SitemapOrigin(Base):
     domain: Mapped[str] = mapped_column(String(253), index=True)
     crawl_id: Mapped[str | None] = mapped_column(String(64))
     round_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # The layout's domains differ in `recrawl.every`: claimed by this, not by `round_at`, an origin not
+    # yet due never stands before one that is.
+    due_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
 
 
 class DomainState(Base):

@@ -21,6 +21,7 @@ from crawler.scheduler.running import scheduling
 from crawler.scheduler.scheduler import Timing
 from crawler.sink.database import Database
 from crawler.sink.sitemaps import SitemapStore
+from crawler.sink.sql import migrate
 from crawler.worker import wiring
 from demo.site import serve
 from tests.hosts.test_layout import pages, sites
@@ -195,3 +196,56 @@ async def test_the_layouts_sitemaps_are_read_again_on_schedule_once_per_origin(
         "http://b.test/robots.txt",
         "http://c.test/robots.txt",
     ]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
+async def test_origins_not_yet_due_never_stand_before_one_that_is(
+    tmp_path: Path, amqp_url: str, prefix: str, database_url: str
+) -> None:
+    (tmp_path / "shops.txt").write_text("b.test\n")
+    config_path = tmp_path / "d.yaml"
+    config_path.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": {"sitemaps": False},
+                "frontier": {"max_domain_queues": 1},
+                "domains": {"a.test": {}},
+                "domains_file": {
+                    "path": "shops.txt",
+                    "template": {"recrawl": {"every": "1h"}, "sitemaps": True},
+                },
+                "discover": {"follow": "all", "host": {"recrawl": {"every": "1d"}, "sitemaps": True}},
+            }
+        )
+    )
+    settings = settings_for(amqp_url, prefix, database_url, config_path)
+    config = load_config(config_path)
+    start = datetime.now(UTC)
+    migrate(database_url)
+    database = Database(database_url)
+    try:
+        store = SitemapStore(database)
+        for i in range(3):  # discovered hosts, read daily, noted before b.test
+            store.note_origin(f"http://d{i}.test", f"d{i}.test", None, start)
+        store.note_origin("http://b.test", "b.test", None, start + timedelta(minutes=10))
+    finally:
+        database.close()
+    clock = [start + timedelta(hours=2)]
+    async with (
+        connections.broker(settings.amqp_url, "test scheduler") as connection,
+        scheduling(
+            settings, lambda: config, connection, timing=Timing(batch=2), clock=lambda: clock[0]
+        ) as one,
+    ):
+        # Two at a time: the first claim looks at two of the daily hosts and finds them not due.
+        assert [await one.read_sitemaps() for _ in range(3)] == [0, 1, 0]
+        clock[0] = start + timedelta(days=1, minutes=1)
+        assert [await one.read_sitemaps() for _ in range(3)] == [2, 2, 0]  # b.test again, and the 3 hosts
+    tasks = []
+    for queue in host_queues(config, Names(prefix)):
+        tasks += await queued(amqp_url, queue.name)
+    assert Counter(t.url for t in tasks if t.sitemap and t.sitemap.find) == {
+        "http://b.test/robots.txt": 2,
+        **{f"http://d{i}.test/robots.txt": 1 for i in range(3)},
+    }

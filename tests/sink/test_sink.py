@@ -14,14 +14,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect, select, text
+from sqlalchemy import DateTime, bindparam, inspect, select, text
 
 import crawler
 from crawler.errors import ServiceUnavailable, SinkError
 from crawler.sink.database import Database
-from crawler.sink.sql import CONTENT_COLUMNS, PageRecord, Sink, create_sink_engine, engine_url, migrate
+from crawler.sink.sql import (
+    CONTENT_COLUMNS,
+    PageRecord,
+    Sink,
+    create_sink_engine,
+    engine_url,
+    migrate,
+    migrations_dir,
+)
 from crawler.sink.tables import Base, Page
 
 
@@ -65,11 +75,40 @@ def test_migrate_creates_the_table_and_is_idempotent(database_url: str) -> None:
             assert [i["name"] for i in inspector.get_indexes("pages") if i["column_names"] == ["domain"]] == [
                 "ix_pages_domain"
             ]
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0013"]
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == ["0014"]
             # The migration and the model describe the same schema.
             assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
     finally:
         engine.dispose()
+
+
+def test_upgrading_gives_each_sitemap_origin_its_time_to_be_looked_at(database_url: str) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    read = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+    engine = create_sink_engine(engine_url(database_url))
+    try:
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "0013")
+            conn.execute(
+                text("INSERT INTO sitemap_origins (origin, domain, round_at) VALUES (:o, :d, :r)").bindparams(
+                    bindparam("r", type_=DateTime(timezone=True))
+                ),
+                {"o": "http://a.test", "d": "a.test", "r": read},
+            )
+    finally:
+        engine.dispose()
+    migrate(database_url)
+    engine = create_sink_engine(engine_url(database_url))
+    try:
+        with engine.connect() as conn:
+            due = conn.execute(
+                text("SELECT due_at FROM sitemap_origins").columns(due_at=DateTime(timezone=True))
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    assert (due if due.tzinfo else due.replace(tzinfo=UTC)) == read  # SQLite keeps no zone
 
 
 async def test_storing_a_url_again_updates_its_row(sink: Sink, database_url: str) -> None:

@@ -109,7 +109,9 @@ class SitemapReading:
         for why, n in tasked.dropped.items():
             if why != "seen":
                 self._metrics.observe_sitemap_url(domain, "dropped", why, n)
-        await asyncio.to_thread(self._store.note_origin, origin, domain, message.crawl, _now())
+        await asyncio.to_thread(
+            self._store.note_origin, origin, domain, message.crawl, _now(), rules.sitemaps_every
+        )
         log.info(
             "%s: %d sitemap(s) to read (%s)",
             origin,
