@@ -63,6 +63,7 @@ class Memory:
     redis_peak: int = 0
     rabbit_peak: int = 0
     queues_peak: int = 0  # the crawl's vhost's queues' own memory
+    at_peak: dict[str, tuple[int, int]] = field(default_factory=dict)  # per queue: memory, messages
     samples: list[tuple[float, int, int]] = field(default_factory=list)
 
 
@@ -70,11 +71,23 @@ def _redis_used(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])
 
 
-def _rabbit(api: httpx.Client, vhost: str) -> tuple[int, int]:
-    """The broker node's mem_used, and the memory of the vhost's queues."""
+def _rabbit(api: httpx.Client, vhost: str) -> tuple[int, dict[str, tuple[int, int]]]:
+    """The broker node's mem_used, and each of the vhost's queues' memory and messages."""
     nodes = api.get("/api/nodes").json()
     queues = api.get(f"/api/queues/{vhost}").json()
-    return sum(int(n.get("mem_used", 0)) for n in nodes), sum(int(q.get("memory", 0)) for q in queues)
+    each = {str(q["name"]): (int(q.get("memory", 0)), int(q.get("messages", 0))) for q in queues}
+    return sum(int(n.get("mem_used", 0)) for n in nodes), each
+
+
+def _queue_kinds(each: dict[str, tuple[int, int]], prefix: str) -> dict[str, tuple[int, int, int]]:
+    """The queues at the peak by kind (numbers folded): memory, messages, how many queues."""
+    kinds: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for name, (b, n) in each.items():
+        kind = re.sub(r"\d+(\.\d+)?", "N", name.removeprefix(prefix))
+        kinds[kind][0] += b
+        kinds[kind][1] += n
+        kinds[kind][2] += 1
+    return {k: (v[0], v[1], v[2]) for k, v in kinds.items()}
 
 
 def _prefix_memory(client: redis.Redis, prefix: str) -> dict[str, tuple[int, int]]:
@@ -183,10 +196,12 @@ def crawl(running: Running, work: Path, *, processes: int, timeout: float) -> No
             for c in consumers:
                 c.sample(done)
             used = _redis_used(client) - mem.redis_before
-            node, queues = _rabbit(api, vhost)
+            node, each = _rabbit(api, vhost)
+            queues = sum(m for m, _ in each.values())
             mem.redis_peak = max(mem.redis_peak, used)
             mem.rabbit_peak = max(mem.rabbit_peak, node - mem.rabbit_before)
-            mem.queues_peak = max(mem.queues_peak, queues)
+            if queues > mem.queues_peak:
+                mem.queues_peak, mem.at_peak = queues, each
             mem.samples.append((now - started, used, node - mem.rabbit_before))
             if now - shown >= 10:
                 shown = now
@@ -256,6 +271,9 @@ def crawl(running: Running, work: Path, *, processes: int, timeout: float) -> No
         f"RabbitMQ: node mem_used peak +{mem.rabbit_peak / 1e6:.1f} MB (a shared broker), the vhost's queues "
         f"peak {mem.queues_peak / 1e6:.2f} MB, {mem.queues_peak / 1e3 * per_host:.0f} B a host"
     )
+    kinds = sorted(_queue_kinds(mem.at_peak, prefix).items(), key=lambda kv: -kv[1][0])
+    for kind, (b, n, count) in kinds[:6]:
+        print(f"  {kind}: {count} queue(s), {b / 1e6:.2f} MB, {n:,} messages, {b / max(n, 1):,.0f} B each")
     print(
         f"CPU: workers {cpu['workers']:.1f} s ({1000 * cpu['workers'] / max(ok, 1):.2f} ms a page), "
         + ", ".join(f"{k} {1000 * v / max(ok, 1):.2f} ms/p" for k, v in cpu.items() if k != "workers")

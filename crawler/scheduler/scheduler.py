@@ -139,7 +139,8 @@ class Scheduler:
         if room <= 0:
             return {}
         now = self._clock()
-        full = [d for d in self._windows(now) if self._left(d) <= 0]
+        self._forget_windows(now)
+        full = [d for d in self._spread if self._left(d) <= 0]
         due = await asyncio.to_thread(
             self._schedule.claim_spread,
             [*config.rules, *full],
@@ -155,7 +156,7 @@ class Scheduler:
         named by `crawler recrawl --domain`), each within its share and all within the room."""
         room = await self._layout_room() if domains else 0
         now = self._clock()
-        self._windows(now)
+        self._forget_windows(now)
         due: list[Due] = []
         for domain in domains:
             wanted = min(room - len(due), self._left(domain), self._timing.batch)
@@ -167,12 +168,10 @@ class Scheduler:
         """How many more refreshes the host layout's shard and wait queues may take now."""
         return self._timing.layout - await queued_in_layout(self._connection, self._names, self._config())
 
-    def _windows(self, now: datetime) -> list[str]:
-        """The host layout's domains given refreshes within the last `ahead` seconds (older windows
-        are forgotten)."""
+    def _forget_windows(self, now: datetime) -> None:
+        """Forget the host layout's domains' windows that began `ahead` seconds ago or more."""
         ahead = self._timing.ahead
         self._spread = {d: w for d, w in self._spread.items() if (now - w[0]).total_seconds() < ahead}
-        return list(self._spread)
 
     def _left(self, domain: str) -> int:
         """What is left of a host layout domain's share in its current window."""
