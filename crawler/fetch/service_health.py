@@ -1,6 +1,7 @@
 """What a worker knows of its fetch service's health: the back-off its 429s asked for, and an outage:
 failures of the service as a whole, which pause domains instead of spending their pages' tries,
-reported once, then at most every REPORT_EVERY seconds, until an answer ends it."""
+reported once, then at most every REPORT_EVERY seconds (and when failures become an outage), until an
+answer ends it."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ class ServiceHealth:
         self._failing = 0  # transient service failures since its last good answer
         self._failing_since = 0.0  # when the first of them came (monotonic)
         self._reported = -REPORT_EVERY
+        self._reported_outage = False  # the last report said the failures make an outage
 
     @asynccontextmanager
     async def asking(self, url: str, deadline: float, *, streaming: bool) -> AsyncIterator[None]:
@@ -76,6 +78,7 @@ class ServiceHealth:
         if self._failing:
             log.warning("the fetch service answers again after %d failed fetches", self._failing)
             self._failing = 0
+            self._reported_outage = False
 
     def _trouble(self, exc: BackendUnavailable, *, down: bool = False) -> FetchBackendError:
         """The service failed: the page is retried, unless the failures make an outage (`down`: one
@@ -88,8 +91,11 @@ class ServiceHealth:
             self._failing += 1
         lasted = now - self._failing_since if self._failing else 0.0
         outage = exc.transient and (down or self._failing >= OUTAGE_AFTER)
-        if now - self._reported >= REPORT_EVERY:
+        # A first failure (a connection the service reset) may have just been reported as retried:
+        # the outage that follows within REPORT_EVERY is news, as its domains now pause.
+        if now - self._reported >= REPORT_EVERY or (outage and not self._reported_outage):
             self._reported = now
+            self._reported_outage = outage
             then = (
                 "not retried"
                 if not exc.transient
