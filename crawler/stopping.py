@@ -100,3 +100,13 @@ def handled(
         for sig in taken:
             loop.remove_signal_handler(sig)
         _note_again()
+
+
+def still_cancelled() -> None:
+    """Raise CancelledError if this task was asked to stop: a cancellation that landed inside a call
+    can come out of it as another error (Python 3.11's asyncio.timeout turns one into a timeout when
+    both fall at once; a channel opened as it came may fail instead), and a loop that retries on
+    errors would otherwise go on, holding its owner's stop for ever."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -21,6 +21,7 @@ from crawler.names import Names
 from crawler.quality.compare import Alert, DomainQuality
 from crawler.quality.report import QualityReport
 from crawler.sink.crawls import CrawlStore
+from crawler.stopping import still_cancelled
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ class Alerting:
                             await self._read(raiser)
                         await asyncio.sleep(every)
             except Exception as exc:
+                still_cancelled()
                 log.warning("coverage alerts not raised: %r", exc)
             await asyncio.sleep(every)
 

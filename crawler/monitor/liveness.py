@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from crawler.names import GONE_KEPT
+from crawler.stopping import still_cancelled
 
 log = logging.getLogger(__name__)
 
@@ -91,15 +92,6 @@ class Board:
             await redis.hdel(self.hash, *stale)
 
 
-def _still_cancelled() -> None:
-    """Raise CancelledError if this task was asked to stop: a cancellation that landed inside a Redis
-    call can come out of it as a timeout (Python 3.11's asyncio.timeout turns one into the other when
-    both fall at once), and the loop would otherwise go on, holding its owner's stop for ever."""
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
-
-
 async def renew(
     write: Callable[[], Awaitable[object]],
     remove: Callable[[], Awaitable[None]],
@@ -118,7 +110,7 @@ async def renew(
                 await write()
             except (RedisError, OSError) as exc:
                 log.warning("%s not written (%s); trying again in %.1fs", what, exc, interval)
-            _still_cancelled()
+            still_cancelled()
             await asyncio.sleep(interval)
     finally:
         # Bounded: a stop must not hang on Redis (a command cut short by the cancellation can leave

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aio_pika.abc import AbstractExchange
 from redis.asyncio import Redis
 
 from crawler import connections
@@ -52,3 +55,38 @@ async def test_of_three_workers_one_reads_the_coverage_each_interval(
     # Each reading holds the lease LEASE_SHARE of an interval: however the three are scheduled, no
     # more readings than that allows (each worker reading every interval would make three times as many).
     assert total <= took / (EVERY * LEASE_SHARE) + 1, (total, took)
+
+
+@pytest.mark.timeout(30)
+async def test_a_stop_that_lands_as_its_channel_opens_ends_the_readings(
+    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str, redis: Redis
+) -> None:
+    config, names = parse_config("domains: {shop.test: {}}"), Names(prefix)
+    migrate(sqlite_url)
+    database = Database(sqlite_url)
+    opening = asyncio.Event()
+
+    class OpeningSlowly(Alerting):
+        @contextlib.asynccontextmanager
+        async def _channel(self) -> AsyncIterator[AbstractExchange]:
+            opening.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                # As aio-pika may: the cancellation comes out of the channel's opening as its failure.
+                raise RuntimeError("the channel closed as it opened") from None
+            yield  # type: ignore[misc]  # pragma: no cover - never opens
+
+    try:
+        async with connections.broker(amqp_url, "test alerting") as connection:
+            alerting = OpeningSlowly(
+                connection, redis, names, CrawlState(redis, names), CrawlStore(database), lambda: config
+            )
+            task = asyncio.create_task(alerting.run(every=60))
+            await asyncio.wait_for(opening.wait(), 10)
+            task.cancel()
+            # Not a reading minute later, and not for ever: the stop holds.
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, 10)
+    finally:
+        database.close()
