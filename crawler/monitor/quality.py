@@ -16,6 +16,7 @@ from crawler.quality.coverage import coverage_of
 from crawler.quality.metrics import CoverageMetrics
 from crawler.quality.report import QualityReport
 from crawler.sink.crawls import OPEN, CrawlRecord, CrawlStore
+from crawler.stopping import still_cancelled
 
 log = logging.getLogger(__name__)
 
@@ -98,5 +99,6 @@ async def export_coverage(
                 if name not in shown:
                     gauges.forget(name)
         except Exception as exc:  # a reading lost (Redis, the database) is tried again next time
+            still_cancelled()
             log.warning("field coverage not read: %r", exc)
         await asyncio.sleep(every)
