@@ -14,8 +14,10 @@ BUCKET_KEPT = 60.0
 
 # A discovered host's URL taken while its host has no rate token, and more of its URLs wait in the
 # worker already, is set aside in a wait queue of one of these lengths instead of holding its shard's
-# prefetch: the longest no longer than the time to its turn (crawler/worker/turns.py).
-HOST_WAITS = (1.0, 2.0, 5.0, 10.0, 30.0)
+# prefetch: the longest no longer than the time to its turn (crawler/worker/turns.py). The long ones
+# are for a large host's line, hours long at its rate: its last pages go round a few times, not once
+# every 30 s.
+HOST_WAITS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 # A discovered host counts as active while its last page came to an outcome within this long.
 HOST_ACTIVE_WINDOW = 60.0
 # A crawl's views of its discovered hosts (queued, active, waiting) outlive their last write by this:

@@ -148,6 +148,11 @@ class FleetKeys:
         """Redis hash of a domain's token bucket and back-off state."""
         return f"{self.prefix}:rate:{domain}"
 
+    def line_key(self, host: str) -> str:
+        """Redis string of the end of a host's line: the turn (Unix seconds) after the last one given
+        to a page of the host layout parked for want of its host's token, by any worker."""
+        return f"{self.prefix}:line:{host}"
+
     def ip_bucket_key(self, address: str) -> str:
         """Redis hash of one IP address's token bucket: every host resolving to it shares it."""
         return f"{self.prefix}:rate:ip:{address}"

@@ -18,6 +18,7 @@ from crawler.errors import BackendHalt, BadURL, Cancelled, InvalidMessage
 from crawler.frontier.client import NO_OPTIONS
 from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.delivery import Delivery, lost
+from crawler.frontier.lines import HostLines
 from crawler.frontier.message import CrawlMessage
 from crawler.frontier.parking import Parking, attempts_of, parked_before, turn_of
 from crawler.frontier.quota import PageQuota
@@ -80,7 +81,9 @@ class Pipeline:
         self._crawls = crawls  # None: crawl ids are carried but not checked nor counted (tests)
         self._gate = Gate(quota, cost, router.seen, crawls, recovery, admission)
         self._ends = Endings(live, parking, settling, metrics, crawls)
-        self._turns = HostTurns(live.config.discover.shards, host_prefetch)
+        self._turns = HostTurns(
+            HostLines(quota.redis, quota.names), live.config.discover.shards, host_prefetch
+        )
         linking = Linking(router, metrics, short_retry_wait)
         self._keeping = Keeping(writes, announcer, linking, parking, self._ends, metrics, short_retry_wait)
 
@@ -131,7 +134,7 @@ class Pipeline:
             told = turn_of(message)
             with self._turns.turn(domain, admitted.taken[1], rules.rate, told) as here:
                 if not here:
-                    wait, turn = self._turns.parked(domain, admitted.taken[1], rules.rate, told)
+                    wait, turn = await self._turns.parked(domain, admitted.taken[1], rules.rate, told)
                     return await self._ends.waited(message, domain, crawl, wait, turn)
                 visit = await self._visit(delivery, rules, verdict.checked, received)
         if visit is None:

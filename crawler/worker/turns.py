@@ -1,6 +1,7 @@
 """The host layout's pages whose host has no token for them yet: two seconds of its rate at most wait
-in this worker, the others in the host wait queues, each given a turn in its host's line and sent
-round only as often as the wait queues' lengths need to bring it back near that turn."""
+in this worker, the others in the host wait queues, each given a turn in its host's line (one for the
+fleet, crawler/frontier/lines.py) and sent round only as often as the wait queues' lengths need to
+bring it back near that turn."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from crawler.frontier.hosts import shard_of
+from crawler.frontier.lines import HostLines
 from crawler.names import HOST_WAITS
 
 K = TypeVar("K")
@@ -21,14 +23,15 @@ K = TypeVar("K")
 # came back from that queue only to find the token taken: about a page a second, whatever its rate.
 INLINE_WAIT = HOST_WAITS[0]
 MOST_HERE = 8
-SWEEP_EVERY = 30.0  # seconds between sweeps of the lines of hosts whose last turn has passed
 
 
 class HostTurns:
-    """Pages waiting here per host and per shard, and the end of each host's line of pages parked by
-    this worker."""
+    """Pages waiting here per host and per shard, and the turns of those parked."""
 
-    def __init__(self, shards: int, prefetch: int, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, lines: HostLines, shards: int, prefetch: int, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._lines = lines
         self._shards = shards
         # Of each shard's deliveries at once, those waiting here: half, so the shard's other hosts
         # always have the rest (none with a prefetch of 1).
@@ -36,8 +39,6 @@ class HostTurns:
         self._clock = clock  # wall time: a turn is told to whichever worker the page comes back to
         self._waiting: dict[str, int] = {}
         self._in_shard: dict[int, int] = {}
-        self._line_end: dict[str, float] = {}  # host -> when the turn after its last one given comes
-        self._swept = clock()
 
     @contextmanager
     def turn(self, host: str, wait: float, rate: float, told: float | None) -> Iterator[bool]:
@@ -59,23 +60,25 @@ class HostTurns:
             _less(self._waiting, host)
             _less(self._in_shard, shard)
 
-    def parked(self, host: str, wait: float, rate: float, told: float | None) -> tuple[float, float]:
+    async def parked(self, host: str, wait: float, rate: float, told: float | None) -> tuple[float, float]:
         """The host wait queue (seconds) for a page of `host` whose token is due in `wait` seconds, and
         its turn: the one it was `told` (a wait queue away at least), else the next at the end of the
-        host's line at `rate`. The queue is the longest no longer than the time to its turn (at least the
-        shortest), so it comes back near it, a few times at most on the way."""
+        host's line at `rate`."""
         now = self._clock()
         if told is None:
-            turn = max(self._line_end.get(host, 0.0), now + wait)
-            self._line_end[host] = turn + 1 / rate
+            # One line for the fleet: lines of their own let N workers give turns at N times the
+            # rate, and the pages past the turns their host could keep went round every second.
+            turn = await self._lines.next_turn(host, now + wait, 1 / rate, now)
         else:
             # Its turn come while the host's pages here hold its tokens: next in line still.
             turn = max(told, now + HOST_WAITS[0])
-        seconds = max((w for w in HOST_WAITS if w <= turn - now), default=HOST_WAITS[0])
-        if now - self._swept >= SWEEP_EVERY:
-            self._swept = now
-            self._line_end = {h: t for h, t in self._line_end.items() if t > now}
-        return seconds, turn
+        return wait_queue(turn - now), turn
+
+
+def wait_queue(ahead: float) -> float:
+    """The host wait queue for a page whose turn is `ahead` seconds away: the longest no longer (the
+    shortest at least), so the page comes back near its turn, a few times at most on the way."""
+    return max((w for w in HOST_WAITS if w <= ahead), default=HOST_WAITS[0])
 
 
 def _less(counts: dict[K, int], key: K) -> None:
