@@ -15,6 +15,7 @@ import time
 
 from crawler.config import Rules
 from crawler.errors import BackendHalt, BadURL, Cancelled, InvalidMessage
+from crawler.fetch.ratelimit import budget
 from crawler.frontier.client import NO_OPTIONS
 from crawler.frontier.crawls import CrawlOptions, CrawlState
 from crawler.frontier.delivery import Delivery, lost
@@ -132,9 +133,10 @@ class Pipeline:
             # rate and the shard's prefetch), the others in line in a wait queue, so that no page
             # of the other hosts of its shard waits behind them.
             told = turn_of(message)
-            with self._turns.turn(domain, admitted.taken[1], rules.rate, told) as here:
+            rate = budget(rules, admitted.crawl_delay).rate  # its robots.txt's Crawl-delay slows it
+            with self._turns.turn(domain, admitted.taken[1], rate, told) as here:
                 if not here:
-                    wait, turn = await self._turns.parked(domain, admitted.taken[1], rules.rate, told)
+                    wait, turn = await self._turns.parked(domain, admitted.taken[1], rate, told)
                     return await self._ends.waited(message, domain, crawl, wait, turn)
                 visit = await self._visit(delivery, rules, verdict.checked, received)
         if visit is None:
