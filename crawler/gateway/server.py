@@ -38,6 +38,7 @@ from crawler.gateway.report import Reporter
 from crawler.gateway.setup import Setup
 from crawler.monitor.liveness import BEATS_PER_TTL
 from crawler.names import GW_REPLICA_TTL, Names
+from crawler.stopping import still_cancelled
 
 log = logging.getLogger("crawler.gateway")
 
@@ -189,6 +190,7 @@ class Gateway:
             try:
                 await self.pool.beat()
             except Exception as exc:
+                still_cancelled()
                 log.warning("cannot renew this replica's entry in Redis (%s): trying again", exc)
 
     async def _watch(self) -> None:

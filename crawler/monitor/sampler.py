@@ -20,6 +20,7 @@ from crawler.frontier.exchanges import declare, domain_queues, host_queues, topo
 from crawler.hosts.views import host_counts
 from crawler.monitor.metrics import Metrics
 from crawler.names import DISCOVERED_LABEL, Names
+from crawler.stopping import still_cancelled
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ class QueueSampler:
                 except Exception as exc:
                     # The broker is away (the robust connection reconnects) or a queue was deleted
                     # by hand: sample again later, on a fresh channel that declares it again.
+                    still_cancelled()
                     log.debug("queue sampling failed: %r", exc)
                     await self._close()
                 await asyncio.sleep(self.every)

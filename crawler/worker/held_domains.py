@@ -14,6 +14,7 @@ from crawler.frontier.delivery import Delivery
 from crawler.frontier.hosts import HostShards
 from crawler.frontier.subscriptions import Subscriptions
 from crawler.names import DISCOVERED_LABEL, PAUSE_POLL
+from crawler.stopping import still_cancelled
 
 log = logging.getLogger("crawler.worker.consumer")
 
@@ -112,6 +113,7 @@ class Holds:
             try:
                 paused = await self._crawls.paused()
             except Exception as exc:  # Redis away: keep what is in force, look again
+                still_cancelled()
                 log.debug("cannot read paused domains (%r)", exc)
                 continue
             if self._stopping():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from crawler.config import CrawlConfig, load_config
 from crawler.errors import ConfigError
+from crawler.stopping import still_cancelled
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class ConfigWatcher:
             except ConfigError as exc:
                 log.error("edit of %s refused, the running configuration stays:\n%s", self.path, exc)
             except Exception as exc:  # the broker is away: keep watching, try again on the next edit
+                still_cancelled()
                 log.error("edit of %s not applied (%r); the running configuration stays", self.path, exc)
 
 

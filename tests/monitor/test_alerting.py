@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 
 import pytest
-from aio_pika.abc import AbstractExchange
+from aio_pika.abc import AbstractExchange, AbstractRobustConnection
 from redis.asyncio import Redis
 
 from crawler import connections
-from crawler.config import parse_config
+from crawler.config import CrawlConfig, parse_config
 from crawler.frontier import exchanges
 from crawler.frontier.crawls import CrawlState
 from crawler.monitor.alerting import LEASE_SHARE, Alerting, AlertRaiser
@@ -27,13 +27,37 @@ from tests.support.wait import until
 EVERY = 0.1
 
 
-@pytest.mark.timeout(60)
-async def test_of_three_workers_one_reads_the_coverage_each_interval(
-    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str, redis: Redis
-) -> None:
-    config, names = parse_config("domains: {shop.test: {}}"), Names(prefix)
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """What each worker's coverage alerts read from: one crawl configuration and the shared stores."""
+
+    config: CrawlConfig
+    names: Names
+    state: CrawlState
+    store: CrawlStore
+
+    def alerting(self, cls: type[Alerting], connection: AbstractRobustConnection, redis: Redis) -> Alerting:
+        """A worker's alerting, of class `cls`."""
+        return cls(connection, redis, self.names, self.state, self.store, lambda: self.config)
+
+
+@pytest.fixture
+def fleet(prefix: str, sqlite_url: str, redis: Redis) -> Iterator[Fleet]:
+    names = Names(prefix)
     migrate(sqlite_url)
     database = Database(sqlite_url)
+    try:
+        yield Fleet(
+            parse_config("domains: {shop.test: {}}"), names, CrawlState(redis, names), CrawlStore(database)
+        )
+    finally:
+        database.close()
+
+
+@pytest.mark.timeout(60)
+async def test_of_three_workers_one_reads_the_coverage_each_interval(
+    amqp_url: str, redis: Redis, fleet: Fleet
+) -> None:
     readings: Counter[int] = Counter()
 
     class Counted(Alerting):
@@ -43,15 +67,13 @@ async def test_of_three_workers_one_reads_the_coverage_each_interval(
     loop = asyncio.get_running_loop()
     async with connections.broker(amqp_url, "test alerting") as connection:
         channel = await connection.channel()
-        await exchanges.declare(channel, exchanges.topology(config, names))
-        state, store = CrawlState(redis, names), CrawlStore(database)
-        workers = [Counted(connection, redis, names, state, store, lambda: config) for _ in range(3)]
+        await exchanges.declare(channel, exchanges.topology(fleet.config, fleet.names))
+        workers = [fleet.alerting(Counted, connection, redis) for _ in range(3)]
         began = loop.time()
         async with background(*(w.run(EVERY) for w in workers)):
             await until(lambda: readings.total() >= 20, within=30, what="20 readings")
             took = loop.time() - began
             total = readings.total()
-    database.close()
     # Each reading holds the lease LEASE_SHARE of an interval: however the three are scheduled, no
     # more readings than that allows (each worker reading every interval would make three times as many).
     assert total <= took / (EVERY * LEASE_SHARE) + 1, (total, took)
@@ -59,11 +81,8 @@ async def test_of_three_workers_one_reads_the_coverage_each_interval(
 
 @pytest.mark.timeout(30)
 async def test_a_stop_that_lands_as_its_channel_opens_ends_the_readings(
-    tmp_path: Path, amqp_url: str, prefix: str, sqlite_url: str, redis: Redis
+    amqp_url: str, redis: Redis, fleet: Fleet
 ) -> None:
-    config, names = parse_config("domains: {shop.test: {}}"), Names(prefix)
-    migrate(sqlite_url)
-    database = Database(sqlite_url)
     opening = asyncio.Event()
 
     class OpeningSlowly(Alerting):
@@ -77,16 +96,10 @@ async def test_a_stop_that_lands_as_its_channel_opens_ends_the_readings(
                 raise RuntimeError("the channel closed as it opened") from None
             yield  # type: ignore[misc]  # pragma: no cover - never opens
 
-    try:
-        async with connections.broker(amqp_url, "test alerting") as connection:
-            alerting = OpeningSlowly(
-                connection, redis, names, CrawlState(redis, names), CrawlStore(database), lambda: config
-            )
-            task = asyncio.create_task(alerting.run(every=60))
-            await asyncio.wait_for(opening.wait(), 10)
-            task.cancel()
-            # Not a reading minute later, and not for ever: the stop holds.
-            with pytest.raises(asyncio.CancelledError):
-                await asyncio.wait_for(task, 10)
-    finally:
-        database.close()
+    async with connections.broker(amqp_url, "test alerting") as connection:
+        task = asyncio.create_task(fleet.alerting(OpeningSlowly, connection, redis).run(every=60))
+        await asyncio.wait_for(opening.wait(), 10)
+        task.cancel()
+        # Not a reading minute later, and not for ever: the stop holds.
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)

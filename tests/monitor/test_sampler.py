@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import aio_pika
+import pytest
 from aio_pika import Message
 
 from crawler.config import load_config
@@ -54,4 +56,33 @@ async def test_queue_depths_reach_the_metrics(tmp_path: Path, amqp_url: str, pre
         assert metrics.registry.get_sample_value("crawler_frontier_messages_ready") == 3
     finally:
         await sampler._close()
+        await connection.close()
+
+
+@pytest.mark.timeout(30)
+async def test_a_stop_that_lands_as_a_sample_opens_its_channel_ends_the_sampler(
+    tmp_path: Path, amqp_url: str, prefix: str
+) -> None:
+    config = load_config(write_config(tmp_path / "d.yaml", [site()]))
+    opening = asyncio.Event()
+
+    class OpeningSlowly(QueueSampler):
+        async def sample(self) -> None:
+            opening.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                # As aio-pika may: the cancellation comes out of the channel's opening as its failure.
+                raise RuntimeError("the channel closed as it opened") from None
+
+    connection = await aio_pika.connect_robust(amqp_url)
+    try:
+        sampler = OpeningSlowly(connection, Names(prefix), lambda: config, lambda: ["a.test"], Metrics(process=False))
+        task = asyncio.create_task(sampler.run())
+        await asyncio.wait_for(opening.wait(), 10)
+        task.cancel()
+        # Not sampling again a few seconds later, and not for ever: the worker's stop holds.
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+    finally:
         await connection.close()
