@@ -86,8 +86,9 @@ local function save(b, held)
 end
 """
 
-# KEYS[1] the bucket; ARGV[1..9] its nine. Returns {grant, wait}. Public: a page's admission
-# (crawler/worker/admission.py) runs it after its own checks, in the same round trip.
+# KEYS[1] the bucket; ARGV[1..9] its nine. Returns {grant, wait, factor}: the factor is its back-off
+# (1 = full rate). Public: a page's admission (crawler/worker/admission.py) runs it after its own
+# checks, in the same round trip.
 TAKE = (
     _BUCKET
     + """
@@ -97,14 +98,15 @@ if wait < 0 then
   grant, wait = 1, take(b)
 end
 save(b, wait)
-return {grant, tostring(wait)}
+return {grant, tostring(wait), tostring(b.factor)}
 """
 )
 TAKE_ARGS = 9  # ARGV entries TAKE reads; a script that runs it inline puts its own after them
 
 # A host's token and its IP address's together, or neither: KEYS[1] the host's bucket with ARGV[1..9],
 # and the address's bucket last of the keys (KEYS[#KEYS]) with the last nine ARGV, so a script that
-# runs it inline may put its own keys and arguments between. Returns {grant, wait} as TAKE does.
+# runs it inline may put its own keys and arguments between. Returns {grant, wait, factor} as TAKE
+# does, with the host's back-off.
 TAKE_PAIR = (
     _BUCKET
     + """
@@ -121,7 +123,7 @@ if blocked(host) < 0 and blocked(ip) < 0 then
 end
 save(host, wait)
 save(ip, wait)
-return {grant, tostring(wait)}
+return {grant, tostring(wait), tostring(host.factor)}
 """
 )
 
@@ -333,10 +335,10 @@ class RateLimiter:
                 (grant, wait), taken = taken, None
             elif ip is not None:
                 keys, args = self.take_pair_args(domain, budget(), *ip, horizon)
-                grant, wait = await self._take_pair(keys=keys, args=args)
+                grant, wait, _ = await self._take_pair(keys=keys, args=args)
             else:
                 keys, args = self.take_args(domain, budget(), horizon)
-                grant, wait = await self._take(keys=keys, args=args)
+                grant, wait, _ = await self._take(keys=keys, args=args)
             taken_at = None
             seconds = max(0.0, float(wait))
             if seconds:

@@ -150,10 +150,10 @@ class Admission:
         # Its token is due `wait` after the script ran, which is after it was asked for and maybe
         # long before this task resumes: reckoned from the ask, a late request is never missed.
         asked = time.monotonic()
-        grant, wait = await self._run(script, keys, args)
+        grant, wait, *factor = await self._run(script, keys, args)  # a held page has no factor
         if int(grant) < 0:
             return Checked(held=_HELD[int(grant)])
-        return Checked(admitted=Admitted((int(grant), float(wait)), crawl_delay, asked))
+        return Checked(admitted=Admitted((int(grant), float(wait)), crawl_delay, asked, float(factor[0])))
 
     async def _run(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
         """Run `script` with those of other pages checked in the same loop turn."""

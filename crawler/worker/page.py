@@ -94,6 +94,7 @@ class Admitted:
     taken: Taken
     crawl_delay: float | None = None
     at: float | None = None  # when its admission answered (monotonic): its token was due `wait` after
+    factor: float = 1.0  # its host's back-off after a 429 or 503 (1 = its full rate)
 
 
 def conditional(refresh: Refresh | None) -> dict[str, str] | None:

@@ -133,7 +133,8 @@ class Pipeline:
             # rate and the shard's prefetch), the others in line in a wait queue, so that no page
             # of the other hosts of its shard waits behind them.
             told = turn_of(message)
-            rate = budget(rules, admitted.crawl_delay).rate  # its robots.txt's Crawl-delay slows it
+            # Its robots.txt's Crawl-delay slows it, and so does a back-off after a 429 or 503.
+            rate = budget(rules, admitted.crawl_delay).rate * admitted.factor
             with self._turns.turn(domain, admitted.taken[1], rate, told) as here:
                 if not here:
                     wait, turn = await self._turns.parked(domain, admitted.taken[1], rate, told)

@@ -3,6 +3,7 @@ the host wait queues, each in line for its turn (crawler/worker/turns.py)."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
@@ -13,6 +14,7 @@ import yaml
 from redis.asyncio import Redis
 
 from crawler.config import load_config
+from crawler.fetch.ratelimit import RateLimiter, budget
 from crawler.frontier.lines import HostLines
 from crawler.frontier.parking import Parking
 from crawler.names import HOST_WAITS, Names
@@ -76,18 +78,20 @@ def test_a_line_hours_long_sends_its_last_pages_round_a_few_times() -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("crawl_delay", [None, 0.25])
+@pytest.mark.parametrize("slowed", ["", "crawl-delay", "back-off"])
 async def test_a_large_host_keeps_its_rate_and_its_pages_go_round_the_wait_queues_a_few_times(
     tmp_path: Path,
     amqp_url: str,
     prefix: str,
     sqlite_url: str,
+    redis: Redis,
     monkeypatch: pytest.MonkeyPatch,
-    crawl_delay: float | None,
+    slowed: str,
 ) -> None:
-    # With its robots.txt's Crawl-delay, the host's line goes at the rate that allows (4 pages/s,
-    # not the domains file's 10): at 10, most of its pages came back past their turn, every second.
-    pages = 60 if crawl_delay is None else 40
+    # Slowed by its robots.txt's Crawl-delay (to 4 pages/s) or a back-off (to 2.5), the host's line
+    # goes at that rate, not the domains file's 10: at 10, most of its pages came back past their
+    # turn, every second.
+    pages = {"": 60, "crawl-delay": 40, "back-off": 30}[slowed]
     served = sites(
         {
             "a.test": ("127.0.0.21", {"/": ["b.test/"]}),
@@ -97,8 +101,8 @@ async def test_a_large_host_keeps_its_rate_and_its_pages_go_round_the_wait_queue
             ),
         }
     )
-    if crawl_delay is not None:
-        robots = f"User-agent: *\nCrawl-delay: {crawl_delay}\n".encode()
+    if slowed == "crawl-delay":
+        robots = b"User-agent: *\nCrawl-delay: 0.25\n"
         served["b.test"].routes["/robots.txt"] = Reply(200, robots, {"Content-Type": "text/plain"})
     (tmp_path / "shops.txt").write_text("b.test\nc.test\n")  # past the line: the host layout's
     config_path = tmp_path / "d.yaml"
@@ -110,7 +114,10 @@ async def test_a_large_host_keeps_its_rate_and_its_pages_go_round_the_wait_queue
                 "allow_private_networks": True,
                 "frontier": {"max_domain_queues": 2},
                 "domains": {"a.test": {}},
-                "domains_file": {"path": "shops.txt", "template": {"rate": 10, "burst": 1}},
+                "domains_file": {
+                    "path": "shops.txt",
+                    "template": {"rate": 10, "burst": 1, "backoff_recovery": 60},
+                },
             }
         )
     )
@@ -124,10 +131,15 @@ async def test_a_large_host_keeps_its_rate_and_its_pages_go_round_the_wait_queue
         await wait(self, message, seconds, turn)
 
     monkeypatch.setattr(Parking, "wait", counted)
+    if slowed == "back-off":
+        # 429s cut its rate to a quarter (as the fleet kept it outside Redis), for a minute at least.
+        kept = RateLimiter(redis, Names(prefix), kept=lambda domain: (0.25, time.time(), 0.0))
+        await kept.slow_down("b.test", budget(config.rules_for("b.test"), None))
     with serve(*served.values()):
         await wiring.consume(settings, config, burst=True, seeds=[served["a.test"].url()])
     assert sum(1 for d in stored(sqlite_url).values() if d == "b.test") == pages + 1
     # Each page came back to find the token taken, every second, before: 1,575 waits in 57 s (a
     # page a second); 128-130 in 9-10 s here, on an idle machine and beside three busy loops. With
-    # the Crawl-delay: 76; 130 with the line at the domains file's rate.
+    # the Crawl-delay: 76; 130 with the line at the domains file's rate. With the back-off (30 pages at
+    # 2.5/s): 68; 105 with the line at the rate before it.
     assert sum(waits.values()) <= 3 * pages, waits
