@@ -24,6 +24,7 @@ from crawler.errors import CrawlerError
 from crawler.frontier.exchanges import (
     Binding,
     Queue,
+    backlog,
     domain_queues,
     host_queues,
     kept_queue,
@@ -155,8 +156,13 @@ class Migration:
         # phase has a channel of its own: RabbitMQ 3.10 fails a channel that publishes to a queue it
         # read from under the same name as another type.
         async with self._opened() as ch:
-            kind = kept_queue(group.holding, self._frontier, Binding("")).arguments
-            holding = await ch.declare_queue(group.holding, durable=True, arguments=dict(kind), robust=False)
+            if found[group.holding] is None:
+                # A whole queue's messages wait here: on disk, as the open web's backlog does.
+                kept = dict(kept_queue(group.holding, self._frontier, Binding("")).arguments)
+                args = backlog(self._frontier, kept)
+                holding = await ch.declare_queue(group.holding, durable=True, arguments=args, robust=False)
+            else:  # an earlier run's, as it made it
+                holding = await ch.declare_queue(group.holding, passive=True, robust=False)
             inbound = await ch.declare_exchange(f"{group.holding}.in", TOPIC, durable=True, robust=False)
             await holding.bind(inbound, "#")
             for b in bindings:
