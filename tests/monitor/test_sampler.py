@@ -77,7 +77,9 @@ async def test_a_stop_that_lands_as_a_sample_opens_its_channel_ends_the_sampler(
 
     connection = await aio_pika.connect_robust(amqp_url)
     try:
-        sampler = OpeningSlowly(connection, Names(prefix), lambda: config, lambda: ["a.test"], Metrics(process=False))
+        sampler = OpeningSlowly(
+            connection, Names(prefix), lambda: config, lambda: ["a.test"], Metrics(process=False)
+        )
         task = asyncio.create_task(sampler.run())
         await asyncio.wait_for(opening.wait(), 10)
         task.cancel()
