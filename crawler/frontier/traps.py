@@ -6,6 +6,7 @@ from functools import lru_cache
 from urllib.parse import urlsplit
 
 from crawler.config import Rules
+from crawler.names import LINKS_REMEMBERED
 
 MAX_SEGMENTS = 64
 
@@ -22,7 +23,7 @@ def trap(url: str, rules: Rules) -> str | None:
     return None
 
 
-@lru_cache(maxsize=65_536)
+@lru_cache(maxsize=LINKS_REMEMBERED)
 def _path_shape(url: str) -> tuple[int, int]:
     # Remembered: the router checks every link of every page, and pages of a site share most links.
     segments = [s for s in urlsplit(url).path.split("/") if s]

@@ -11,6 +11,7 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 from w3lib.url import canonicalize_url
 
 from crawler.errors import BadURL
+from crawler.names import LINKS_REMEMBERED
 
 MAX_URL_LENGTH = 2048  # PostgreSQL indexes at most ~2.7 kB per unique key
 DEFAULT_TRACKING_PARAMS = frozenset(
@@ -81,7 +82,7 @@ def _drop_path_params(path: str, dropped: Collection[str]) -> str:
     return "/".join(segments)
 
 
-@lru_cache(maxsize=65_536)  # the router asks it of every link of every page
+@lru_cache(maxsize=LINKS_REMEMBERED)  # the router asks it of every link of every page
 def host_of(url: str) -> str:
     """Host of a canonical URL (lower case, no port)."""
     return urlsplit(url).hostname or ""
@@ -92,7 +93,7 @@ def fingerprint(url: str) -> bytes:
     return hashlib.blake2b(url.encode("utf-8", "surrogatepass"), digest_size=8).digest()
 
 
-@lru_cache(maxsize=65_536)
+@lru_cache(maxsize=LINKS_REMEMBERED)
 def canonical_link(url: str, tracking: tuple[str, ...] = ()) -> str:
     """canonicalise() of an absolute link, remembered: a site's pages link to the same URLs again and
     again (navigation, footers), and canonicalising is the router's main cost per page."""

@@ -6,6 +6,8 @@ from functools import cache, lru_cache
 
 from publicsuffixlist import PublicSuffixList
 
+from crawler.names import LINKS_REMEMBERED
+
 
 @cache
 def _suffixes() -> PublicSuffixList:
@@ -13,7 +15,7 @@ def _suffixes() -> PublicSuffixList:
     return PublicSuffixList()
 
 
-@lru_cache(maxsize=65_536)
+@lru_cache(maxsize=LINKS_REMEMBERED)
 def registered_domain(host: str) -> str:
     """The registered domain of a canonical host: `a.b.shop.co.uk` -> `shop.co.uk`, `a.b.test` ->
     `b.test` (an unknown TLD follows the default rule `*`); a public suffix or IP literal: itself."""

@@ -72,6 +72,12 @@ DEFAULT_PREFIX = "crawler"
 TRACE_LOGGER = "crawler.trace"
 LOG_FIELDS = "fields"  # the LogRecord attribute carrying a log line's structured fields
 
+# Links whose canonical form, host, path shape and registered domain a process remembers (each, least
+# recently used dropped): a site's pages repeat their navigation within a few pages, and on the open
+# web a link to a new host is rarely met again, so a longer memory costs a worker 0.7 KB a link for
+# few hits.
+LINKS_REMEMBERED = 8_192
+
 
 @dataclass(frozen=True, slots=True)
 class Names(QueueNames, CrawlKeys, FleetKeys, GatewayKeys):

@@ -94,3 +94,18 @@ def test_the_remembered_canonical_link_is_the_canonical_form(text: str) -> None:
         return
     assert canonical_link(text, ("ref",)) == expected
     assert canonical_link(text, ("ref",)) == expected  # and again, from memory
+
+
+def test_a_worker_remembers_a_bounded_number_of_links() -> None:
+    from crawler.frontier.traps import _path_shape
+    from crawler.frontier.urls import canonical_link
+    from crawler.hosts.registered import registered_domain
+    from crawler.names import LINKS_REMEMBERED
+
+    # The open web's links are mostly met once: an unbounded memory of them grows with every host.
+    for i in range(LINKS_REMEMBERED + 100):
+        url = canonical_link(f"http://h{i}.d{i}.test/p/{i}", ())
+        _path_shape(url)
+        registered_domain(host_of(url))
+    for remembered in (canonical_link, host_of, _path_shape, registered_domain):
+        assert remembered.cache_info().currsize == LINKS_REMEMBERED
